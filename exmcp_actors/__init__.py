@@ -1,0 +1,90 @@
+"""exmcp_actors: an MCP client for thread-based programs, on pykka actors.
+
+It receives what MCP servers push (tool, prompt and resource list changes,
+updates of subscribed resources) in both MCP eras, over stdio, WebSocket and
+Streamable HTTP, and survives reconnects without losing a listener::
+
+    import exmcp_actors as mcp
+
+    with mcp.connect(["python", "my_server.py"]) as client:
+        listener = client.subscribe_notifications({"resourceSubscriptions": ["file:///a.txt"]})
+        print(listener.get(timeout=10))
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._backoff import Backoff
+from ._client import Client, connect
+from ._errors import (
+    ConnectError,
+    ConnectionLost,
+    Error,
+    FilterError,
+    ListenerNotFound,
+    ListenRequiresModern,
+    NotConnected,
+    ProtocolError,
+    RequestError,
+    RequestTimeout,
+    SubscribeFailed,
+    SubscriberNotAlive,
+    TransportError,
+    UseListen,
+)
+from ._listener import Listener
+from ._messages import (
+    Closed,
+    Notification,
+    Reconnected,
+    SubscriptionClosed,
+    SubscriptionEvent,
+    SubscriptionResync,
+)
+from ._protocol._versions import LEGACY_VERSIONS, MODERN_VERSIONS
+from ._subscription import Subscription, Watch
+from ._transport._base import Transport
+try:
+    from ._transport._http import HttpTransport
+except ImportError:  # pragma: no cover - being written
+    HttpTransport = None  # type: ignore
+from ._transport._stdio import StdioTransport
+from ._transport._websocket import WebSocketTransport
+
+logging.getLogger("exmcp_actors").addHandler(logging.NullHandler())
+
+__all__ = [
+    "LEGACY_VERSIONS",
+    "MODERN_VERSIONS",
+    "Backoff",
+    "Client",
+    "Closed",
+    "ConnectError",
+    "ConnectionLost",
+    "Error",
+    "FilterError",
+    "HttpTransport",
+    "ListenRequiresModern",
+    "Listener",
+    "ListenerNotFound",
+    "NotConnected",
+    "Notification",
+    "ProtocolError",
+    "Reconnected",
+    "RequestError",
+    "RequestTimeout",
+    "StdioTransport",
+    "SubscribeFailed",
+    "SubscriberNotAlive",
+    "Subscription",
+    "SubscriptionClosed",
+    "SubscriptionEvent",
+    "SubscriptionResync",
+    "Transport",
+    "TransportError",
+    "UseListen",
+    "Watch",
+    "WebSocketTransport",
+    "connect",
+]

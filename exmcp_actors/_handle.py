@@ -1,0 +1,72 @@
+"""What hosts hold: a handle with an inbox, shared by listeners, subscriptions and watches."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from typing import Any
+
+from ._messages import FINAL_TAGS
+from ._subscriber import Inbox
+
+
+class Handle:
+    """Common surface: ``get()``, iteration until the closing message, context manager.
+
+    When the subscriber is an actor or a ``put()`` object, messages go there and
+    ``get()`` is not available on the handle.
+    """
+
+    def __init__(self, handle_id: Any, client: Any, subscriber: Any, inbox: Inbox | None) -> None:
+        self.id = handle_id
+        self.client = client
+        self.subscriber = subscriber
+        self._inbox = inbox
+
+    def _require_inbox(self) -> Inbox:
+        if self._inbox is None:
+            raise RuntimeError(
+                f"messages for this {type(self).__name__.lower()} go to its subscriber "
+                f"({self.subscriber!r}), not to an inbox on the handle"
+            )
+        return self._inbox
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The next message, blocking up to ``timeout`` seconds (forever when None).
+
+        Raises:
+            queue.Empty: nothing arrived in time, or the handle ended and its inbox is drained.
+        """
+        return self._require_inbox().get(timeout)
+
+    def pending(self) -> int:
+        """How many messages wait in the inbox."""
+        return len(self._require_inbox())
+
+    def __iter__(self) -> Iterator[Any]:
+        """Every message until (and including) the closing one; stops early if the handle is removed."""
+        inbox = self._require_inbox()
+        while True:
+            try:
+                message = inbox.get()
+            except queue.Empty:
+                return
+            yield message
+            if message[0] in FINAL_TAGS:
+                return
+
+    def _finish(self) -> None:
+        if self._inbox is not None:
+            self._inbox.finish()
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"

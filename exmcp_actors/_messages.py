@@ -1,0 +1,81 @@
+"""The message tuples subscribers receive. The first field is always the tag,
+so both tuple patterns and attribute access work::
+
+    match msg:
+        case ("ex_mcp_notification", listener, method, params): ...
+        case mcp.Closed(reason=reason): ...
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+
+class Notification(NamedTuple):
+    """A server notification that passed a listener's filter."""
+
+    tag: Literal["ex_mcp_notification"]
+    #: The Listener (or Watch) it was delivered for.
+    listener: Any
+    #: The notification method, e.g. ``"notifications/resources/updated"``.
+    method: str
+    #: The notification params (``{}`` when the server sent none).
+    params: dict[str, Any]
+
+
+class Reconnected(NamedTuple):
+    """The client reconnected and re-subscribed the listener's URIs."""
+
+    tag: Literal["ex_mcp_notification_reconnected"]
+    listener: Any
+    #: ``{"resubscribed": [uri, ...], "failed": [(uri, reason), ...]}``, in the listener's filter order.
+    report: dict[str, list[Any]]
+
+
+class Closed(NamedTuple):
+    """The listener is closed; nothing follows this message."""
+
+    tag: Literal["ex_mcp_notification_closed"]
+    listener: Any
+    #: Why: ``"disconnected"``, ``("shutdown", r)``, ``("transport_closed", r)``,
+    #: ``("reconnect_exhausted", r)``, ``("era_changed", "modern")``, ``("crashed", e)``.
+    reason: Any
+
+
+class SubscriptionEvent(NamedTuple):
+    """A modern (2026-07-28) event inside the acknowledged filter."""
+
+    tag: Literal["ex_mcp_subscription"]
+    subscription: Any
+    method: str
+    params: dict[str, Any]
+
+
+class SubscriptionResync(NamedTuple):
+    """A modern subscription is being re-opened after an abrupt drop.
+
+    ``state`` is ``"started"``, ``("complete", snapshot)`` or ``("failed", reason)``.
+    """
+
+    tag: Literal["ex_mcp_subscription_resync"]
+    subscription: Any
+    state: Any
+
+
+class SubscriptionClosed(NamedTuple):
+    """A modern subscription ended; nothing follows this message."""
+
+    tag: Literal["ex_mcp_subscription_closed"]
+    subscription: Any
+    reason: Any
+
+
+NOTIFICATION = "ex_mcp_notification"
+RECONNECTED = "ex_mcp_notification_reconnected"
+CLOSED = "ex_mcp_notification_closed"
+SUBSCRIPTION = "ex_mcp_subscription"
+SUBSCRIPTION_RESYNC = "ex_mcp_subscription_resync"
+SUBSCRIPTION_CLOSED = "ex_mcp_subscription_closed"
+
+#: Tags after which a handle receives nothing more.
+FINAL_TAGS = frozenset((CLOSED, SUBSCRIPTION_CLOSED))

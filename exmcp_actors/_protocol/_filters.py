@@ -1,0 +1,162 @@
+"""Notification filters: validation, normalization and matching (sans-IO).
+
+One vocabulary for both eras (the MCP 2026-07-28 notification-filter keys),
+validated the same way whatever the connection state, so filter errors are
+raised before anything is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import FilterError
+
+TOOLS = "toolsListChanged"
+PROMPTS = "promptsListChanged"
+RESOURCES = "resourcesListChanged"
+RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
+TASK_IDS = "taskIds"
+
+CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES)
+FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS))
+
+TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
+PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed"
+RESOURCES_LIST_CHANGED = "notifications/resources/list_changed"
+RESOURCE_UPDATED = "notifications/resources/updated"
+
+#: list_changed method -> the filter key that enables it.
+CATEGORY_OF_METHOD: dict[str, str] = {
+    TOOLS_LIST_CHANGED: TOOLS,
+    PROMPTS_LIST_CHANGED: PROMPTS,
+    RESOURCES_LIST_CHANGED: RESOURCES,
+}
+
+#: Every notification method a filter can enable.
+FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED))
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationFilter:
+    """A validated, normalized filter.
+
+    Attributes:
+        categories: the enabled list_changed keys, in canonical order.
+        uris: resource URIs, de-duplicated in first-seen order.
+        task_ids: task ids (modern peers only), de-duplicated in first-seen order.
+    """
+
+    categories: frozenset[str] = frozenset()
+    uris: tuple[str, ...] = ()
+    task_ids: tuple[str, ...] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The normalized filter as the wire dict: false categories dropped."""
+        result: dict[str, Any] = {key: True for key in CATEGORY_KEYS if key in self.categories}
+        if self.uris:
+            result[RESOURCE_SUBSCRIPTIONS] = list(self.uris)
+        if self.task_ids is not None:
+            result[TASK_IDS] = list(self.task_ids)
+        return result
+
+    def enables(self, method: str, params: Any) -> bool:
+        """Whether a legacy notification passes this filter (URIs match exactly)."""
+        category = CATEGORY_OF_METHOD.get(method)
+        if category is not None:
+            return category in self.categories
+        if method == RESOURCE_UPDATED:
+            uri = params.get("uri") if isinstance(params, dict) else None
+            return isinstance(uri, str) and uri in self.uris
+        return False
+
+    def is_within(self, other: NotificationFilter) -> bool:
+        """True when everything this filter enables is enabled by ``other``."""
+        if not self.categories <= other.categories:
+            return False
+        if not set(self.uris) <= set(other.uris):
+            return False
+        if self.task_ids is not None and (other.task_ids is None or not set(self.task_ids) <= set(other.task_ids)):
+            return False
+        return True
+
+
+def _dedupe(items: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _string_list(value: Any, key: str, element_reason: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise FilterError(f"{key} must be a list, got {type(value).__name__}", reason="invalid_subscription_filter")
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise FilterError(f"{key} entries must be non-empty strings, got {item!r}", reason=element_reason)
+    return _dedupe(value)
+
+
+def normalize_filter(raw: Any, *, allow_tasks: bool = False) -> NotificationFilter:
+    """Validate and normalize a host-supplied filter.
+
+    Args:
+        raw: what the host passed.
+        allow_tasks: True on a modern peer, where ``taskIds`` is meaningful.
+
+    Raises:
+        FilterError: with ``.reason`` naming what was wrong.
+    """
+    if not isinstance(raw, dict):
+        raise FilterError(
+            f"a notification filter must be a dict, got {type(raw).__name__}",
+            reason="subscription_filter_required",
+        )
+    unknown = [key for key in raw if key not in FILTER_KEYS]
+    if unknown:
+        raise FilterError(f"unknown filter keys: {sorted(map(str, unknown))}", reason="unknown_subscription_filter")
+    categories = set()
+    for key in CATEGORY_KEYS:
+        if key not in raw:
+            continue
+        value = raw[key]
+        if not isinstance(value, bool):
+            raise FilterError(f"{key} must be true or false, got {value!r}", reason="invalid_subscription_filter")
+        if value:
+            categories.add(key)
+    uris: tuple[str, ...] = ()
+    if RESOURCE_SUBSCRIPTIONS in raw:
+        uris = _string_list(raw[RESOURCE_SUBSCRIPTIONS], RESOURCE_SUBSCRIPTIONS, "invalid_resource_subscription")
+    task_ids: tuple[str, ...] | None = None
+    if TASK_IDS in raw:
+        task_ids = _string_list(raw[TASK_IDS], TASK_IDS, "invalid_task_subscription")
+        if not allow_tasks:
+            raise FilterError(
+                "taskIds needs a peer that speaks MCP 2026-07-28",
+                reason="task_subscriptions_require_mcp_2026_07_28",
+            )
+    if not categories and not uris and not task_ids:
+        raise FilterError("the filter enables nothing", reason="empty_subscription_filter")
+    return NotificationFilter(frozenset(categories), uris, task_ids)
+
+
+def filter_from_wire(raw: Any) -> NotificationFilter | None:
+    """Parse a filter the peer sent (an acknowledgment), leniently: None if malformed."""
+    if not isinstance(raw, dict):
+        return None
+    categories = frozenset(key for key in CATEGORY_KEYS if raw.get(key) is True)
+    uris_raw = raw.get(RESOURCE_SUBSCRIPTIONS, [])
+    tasks_raw = raw.get(TASK_IDS)
+    if not isinstance(uris_raw, list) or not all(isinstance(u, str) for u in uris_raw):
+        return None
+    task_ids: tuple[str, ...] | None = None
+    if tasks_raw is not None:
+        if not isinstance(tasks_raw, list) or not all(isinstance(t, str) for t in tasks_raw):
+            return None
+        task_ids = _dedupe(tasks_raw)
+    return NotificationFilter(categories, _dedupe(uris_raw), task_ids)
+
+
+def uri_within(uri: str, subscribed: tuple[str, ...]) -> bool:
+    """Modern matching: a resources/updated uri may be a sub-resource of a subscribed one."""
+    for base in subscribed:
+        if uri == base or uri.startswith(base.rstrip("/") + "/"):
+            return True
+    return False

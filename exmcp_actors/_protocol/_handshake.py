@@ -1,0 +1,249 @@
+"""The connect-time handshake and era negotiation as an explicit state machine (sans-IO).
+
+The machine never sends anything itself: each input returns the actions the
+client actor must carry out (send a frame, arm the probe timer, finish or
+fail). All transitions live in this one file.
+
+States::
+
+    IDLE --start(auto|modern)--> PROBING --DiscoverResult--> READY(modern)
+                                   |  any other error / timeout (auto) --> INITIALIZING
+    IDLE --start(legacy)-------> INITIALIZING --result--> READY(legacy) (+ notifications/initialized)
+                                   |  -32022 (a late probe locked the peer modern) --> PROBING (once)
+    any --bad answer--> FAILED
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from .._errors import ConnectError
+from ._jsonrpc import UNSUPPORTED_VERSION, ErrorResponse, RequestBuilder, Response, notification
+from ._versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, MODERN_VERSIONS, Era, era_of
+
+ProtocolMode = Literal["auto", "legacy", "modern"]
+PROTOCOL_MODES: tuple[str, ...] = ("auto", "legacy", "modern")
+
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+
+
+class State(enum.Enum):
+    IDLE = "idle"
+    PROBING = "probing"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class SendFrame:
+    """Send this message; if ``request_id`` is set, route its answer back to the machine."""
+
+    message: dict[str, Any]
+    request_id: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArmProbeTimer:
+    """Call ``probe_timed_out(request_id)`` after the probe timeout unless answered first."""
+
+    request_id: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """The handshake is done."""
+
+    era: Era
+    protocol_version: str
+    server_info: dict[str, Any]
+    capabilities: dict[str, Any]
+    instructions: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The handshake failed; the connection must be closed."""
+
+    error: ConnectError
+
+
+Action = Union[SendFrame, ArmProbeTimer, Negotiated, Failed]
+
+
+def modern_meta(client_info: dict[str, Any]) -> dict[str, Any]:
+    """The ``_meta`` envelope every modern request carries."""
+    return {
+        META_PROTOCOL_VERSION: MODERN_VERSION,
+        META_CLIENT_CAPABILITIES: {},
+        META_CLIENT_INFO: client_info,
+    }
+
+
+def with_modern_meta(params: dict[str, Any] | None, client_info: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the modern ``_meta`` envelope merged in (the caller's own _meta keys kept)."""
+    merged = dict(params or {})
+    meta = dict(merged.get("_meta") or {})
+    for key, value in modern_meta(client_info).items():
+        meta.setdefault(key, value)
+    merged["_meta"] = meta
+    return merged
+
+
+def _supported_versions(data: Any) -> list[str] | None:
+    supported = data.get("supported") if isinstance(data, dict) else None
+    if isinstance(supported, list) and all(isinstance(v, str) for v in supported):
+        return supported
+    return None
+
+
+class Handshake:
+    """Drives one connection's handshake. Create a new one per connection."""
+
+    def __init__(self, mode: ProtocolMode, client_info: dict[str, Any], ids: RequestBuilder) -> None:
+        if mode not in PROTOCOL_MODES:
+            raise ValueError(f"protocol must be one of {PROTOCOL_MODES}, got {mode!r}")
+        self.mode = mode
+        self.client_info = client_info
+        self._ids = ids
+        self.state = State.IDLE
+        self._outstanding: Any = None
+        self._reprobed = False
+
+    def start(self) -> list[Action]:
+        """Begin: probe with ``server/discover`` (auto, modern) or send ``initialize`` (legacy)."""
+        if self.state is not State.IDLE:
+            raise RuntimeError("handshake already started")
+        if self.mode == "legacy":
+            return self._initialize()
+        return self._probe()
+
+    def owns(self, request_id: Any) -> bool:
+        """Whether an answer with this id belongs to the handshake."""
+        return self._outstanding is not None and request_id == self._outstanding
+
+    def on_answer(self, answer: Response | ErrorResponse) -> list[Action]:
+        """Feed the answer to the outstanding handshake request."""
+        if not self.owns(answer.id):
+            return []
+        self._outstanding = None
+        if self.state is State.PROBING:
+            return self._probe_answered(answer)
+        if self.state is State.INITIALIZING:
+            return self._initialize_answered(answer)
+        return []
+
+    def probe_timed_out(self, request_id: Any) -> list[Action]:
+        """The probe got no answer in time: a silent legacy server, in auto mode."""
+        if self.state is not State.PROBING or not self.owns(request_id):
+            return []
+        self._outstanding = None
+        if self.mode == "modern":
+            return self._fail("the server did not answer server/discover in time")
+        return self._initialize()
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def _probe(self) -> list[Action]:
+        self.state = State.PROBING
+        request_id = self._ids.next_id()
+        self._outstanding = request_id
+        params = {"_meta": modern_meta(self.client_info)}
+        message = RequestBuilder.request("server/discover", params, request_id)
+        return [SendFrame(message, request_id), ArmProbeTimer(request_id)]
+
+    def _initialize(self) -> list[Action]:
+        self.state = State.INITIALIZING
+        request_id = self._ids.next_id()
+        self._outstanding = request_id
+        params = {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": self.client_info}
+        return [SendFrame(RequestBuilder.request("initialize", params, request_id), request_id)]
+
+    def _fail(self, why: str, reason: Any = "handshake_failed") -> list[Action]:
+        self.state = State.FAILED
+        return [Failed(ConnectError(why, reason=reason))]
+
+    def _probe_answered(self, answer: Response | ErrorResponse) -> list[Action]:
+        if isinstance(answer, ErrorResponse):
+            supported = _supported_versions(answer.data) if answer.code == UNSUPPORTED_VERSION else None
+            if answer.code == UNSUPPORTED_VERSION:
+                legacy_possible = supported is None or any(v in LEGACY_VERSIONS for v in supported)
+                if self.mode == "modern" or not legacy_possible:
+                    return self._fail(
+                        f"the server does not support MCP {MODERN_VERSION}; it supports {supported}",
+                        reason=("unsupported_protocol_version", supported),
+                    )
+                return self._initialize()
+            if self.mode == "modern":
+                return self._fail(f"server/discover failed: {answer.code} {answer.message}")
+            return self._initialize()  # any other error is evidence of a legacy server
+        result = answer.result
+        versions = result.get("supportedVersions") if isinstance(result, dict) else None
+        if not isinstance(versions, list) or not any(v in MODERN_VERSIONS for v in versions):
+            if self.mode == "modern":
+                return self._fail(
+                    f"the server does not support MCP {MODERN_VERSION}; it supports {versions}",
+                    reason=("unsupported_protocol_version", versions),
+                )
+            return self._initialize()  # discover answered, but only legacy versions advertised
+        assert isinstance(result, dict)
+        self.state = State.READY
+        return [
+            Negotiated(
+                era="modern",
+                protocol_version=MODERN_VERSION,
+                server_info=_dict(result.get("serverInfo")) or _dict(_dict(result.get("_meta")).get(META_SERVER_INFO)),
+                capabilities=_dict(result.get("capabilities")),
+                instructions=result.get("instructions") if isinstance(result.get("instructions"), str) else None,
+                raw=result,
+            )
+        ]
+
+    def _initialize_answered(self, answer: Response | ErrorResponse) -> list[Action]:
+        if isinstance(answer, ErrorResponse):
+            supported = _supported_versions(answer.data)
+            if (
+                answer.code == UNSUPPORTED_VERSION
+                and self.mode == "auto"
+                and not self._reprobed
+                and supported is not None
+                and MODERN_VERSION in supported
+            ):
+                # A probe that timed out here but reached a slow-starting server locked it modern.
+                self._reprobed = True
+                return self._probe()
+            return self._fail(
+                f"initialize failed: {answer.code} {answer.message}", reason=("initialize_failed", answer.code)
+            )
+        result = answer.result
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if era_of(version) != "legacy":
+            return self._fail(
+                f"the server answered initialize with protocol version {version!r}, "
+                f"which this client does not speak (it speaks {', '.join(LEGACY_VERSIONS)})",
+                reason=("unsupported_protocol_version", version),
+            )
+        assert isinstance(result, dict) and isinstance(version, str)
+        self.state = State.READY
+        return [
+            SendFrame(notification("notifications/initialized")),
+            Negotiated(
+                era="legacy",
+                protocol_version=version,
+                server_info=_dict(result.get("serverInfo")),
+                capabilities=_dict(result.get("capabilities")),
+                instructions=result.get("instructions") if isinstance(result.get("instructions"), str) else None,
+                raw=result,
+            ),
+        ]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

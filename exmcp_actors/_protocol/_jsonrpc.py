@@ -1,0 +1,167 @@
+"""JSON-RPC 2.0 framing for MCP (sans-IO): classify what arrives, build what leaves.
+
+Requests are built with jsonrpcclient, but with ids from a per-client counter
+(jsonrpcclient's own counter is process-global). Incoming frames are
+classified here first: jsonrpcclient's ``parse`` raises ``KeyError`` on
+anything that is not a response, so it only ever sees responses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Union
+
+import jsonrpcclient
+
+from .._transport._base import InvalidFrame
+
+JSONRPC = "2.0"
+
+# JSON-RPC error codes used by this client.
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+#: MCP 2026-07-28: the requested protocol version is not supported.
+UNSUPPORTED_VERSION = -32022
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A successful response to one of our requests."""
+
+    id: Any
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """An error response to one of our requests (``id`` may be None for parse errors)."""
+
+    id: Any
+    code: int
+    message: str
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRequest:
+    """A request from the server that we must answer."""
+
+    id: Any
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A notification from the server (no id)."""
+
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A frame that is not a valid JSON-RPC 2.0 message; ``why`` says what was wrong."""
+
+    why: str
+    frame: Any = None
+
+
+Incoming = Union[Response, ErrorResponse, ServerRequest, Notification, Invalid]
+
+
+def _is_id(value: Any) -> bool:
+    # JSON-RPC ids are strings or integers; bool is an int in Python and is not an id.
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def classify(frame: Any) -> Incoming:
+    """Sort one decoded frame into the message kinds the client acts on."""
+    if isinstance(frame, InvalidFrame):
+        return Invalid(frame.error, frame.raw[:200])
+    if isinstance(frame, list):
+        return Invalid("batches are not supported (JSON-RPC batches existed only in MCP 2025-03-26)", None)
+    if not isinstance(frame, dict):
+        return Invalid(f"a message must be a JSON object, got {type(frame).__name__}", frame)
+    if frame.get("jsonrpc") != JSONRPC:
+        return Invalid("missing or wrong 'jsonrpc' member", frame)
+    method = frame.get("method")
+    has_id = "id" in frame
+    if method is not None:
+        if not isinstance(method, str):
+            return Invalid("'method' must be a string", frame)
+        params = frame.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            return Invalid("'params' must be an object or an array", frame)
+        if has_id:
+            if not _is_id(frame["id"]):
+                return Invalid("a request id must be a string or an integer", frame)
+            return ServerRequest(frame["id"], method, params)
+        return Notification(method, params)
+    if not has_id:
+        return Invalid("neither a request, a notification nor a response", frame)
+    if ("result" in frame) == ("error" in frame):
+        return Invalid("a response must have exactly one of 'result' and 'error'", frame)
+    if "error" in frame:
+        return _error_response(frame)
+    if not _is_id(frame["id"]):
+        return Invalid("a response id must be a string or an integer", frame)
+    parsed = jsonrpcclient.parse(frame)
+    return Response(parsed.id, parsed.result)
+
+
+def _error_response(frame: dict[str, Any]) -> Incoming:
+    error = frame["error"]
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int) or isinstance(error.get("code"), bool):
+        return Invalid("an error response needs an error object with an integer code", frame)
+    message = error.get("message")
+    parsed = jsonrpcclient.parse(
+        {"jsonrpc": JSONRPC, "id": frame["id"], "error": {**error, "message": message if isinstance(message, str) else ""}}
+    )
+    assert isinstance(parsed, jsonrpcclient.Error)
+    return ErrorResponse(parsed.id, parsed.code, parsed.message, parsed.data)
+
+
+class RequestBuilder:
+    """Builds outgoing messages with ids from this client's own counter."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self._counter = itertools.count(1)
+        self._prefix = prefix
+
+    def next_id(self) -> int | str:
+        """A fresh request id, unique for this client. Safe to call from any thread."""
+        number = next(self._counter)  # itertools.count is atomic under the GIL
+        return f"{self._prefix}{number}" if self._prefix else number
+
+    @staticmethod
+    def request(method: str, params: dict[str, Any] | None, request_id: Any) -> dict[str, Any]:
+        """A request frame; ``params`` is omitted when None (jsonrpcclient also drops ``{}``)."""
+        message: dict[str, Any] = jsonrpcclient.request(method, params, id=request_id)
+        if params is not None and "params" not in message:
+            # Keep an explicit empty object: some methods require params to be present.
+            message["params"] = params
+        return message
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A notification frame."""
+    message: dict[str, Any] = jsonrpcclient.notification(method, params)
+    if params is not None and "params" not in message:
+        message["params"] = params
+    return message
+
+
+def result_frame(request_id: Any, result: Any) -> dict[str, Any]:
+    """Our answer to a server request."""
+    return {"jsonrpc": JSONRPC, "id": request_id, "result": result}
+
+
+def error_frame(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """Our error answer to a server request."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": JSONRPC, "id": request_id, "error": error}

@@ -1,0 +1,152 @@
+"""The URI-refcount worker: one actor per client that runs every listener
+``resources/subscribe`` and ``resources/unsubscribe`` one at a time.
+
+The bookkeeping is :class:`~exmcp_actors._protocol._refcount.RefcountBook`;
+this actor only adds the wire calls, which go out through the client like any
+other request. Callers wait on this actor, never on the client actor, so a
+slow ``resources/subscribe`` never stalls delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from ._errors import Error, RequestError, SubscribeFailed, SubscriberNotAlive
+from ._protocol._refcount import RefcountBook
+
+logger = logging.getLogger("exmcp_actors")
+
+#: ``request(method, params) -> result``; raises the library's errors.
+WireRequest = Callable[[str, dict[str, Any]], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Take every URI for a listener, all or nothing (ask)."""
+
+    listener_id: Hashable
+    uris: tuple[str, ...]
+    alive: Callable[[], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release exactly the URIs a listener acquired (tell)."""
+
+    listener_id: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Resubscribe:
+    """After a reconnect: subscribe every held URI again and report (tell)."""
+
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Forget everything without wire traffic: the session that held it is gone (ask)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inspect:
+    """Counts, held and lost URIs, for tests and diagnostics (ask)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResubscribeReport:
+    """Sent to the client: the outcome of a :class:`Resubscribe`."""
+
+    generation: int
+    resubscribed: frozenset[str]
+    failed: dict[str, Any]
+
+
+def error_term(error: BaseException) -> Any:
+    """An exception as the reason term hosts see in ``failed`` lists and SubscribeFailed."""
+    if isinstance(error, RequestError):
+        return error.as_term()
+    if isinstance(error, Error):
+        return error.reason
+    return repr(error)
+
+
+class RefcountWorker(pykka.ThreadingActor):
+    """Serializes listener subscribe/unsubscribe for one client."""
+
+    use_daemon_thread = True
+
+    def __init__(self, request: WireRequest, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
+        super().__init__()
+        self._request = request
+        self._client_ref = client_ref
+        self._book = RefcountBook()
+        self._on_thread = on_thread
+
+    def on_start(self) -> None:
+        self._on_thread()  # lets the client join this thread on disconnect
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Acquire):
+            return self._acquire(message)
+        if isinstance(message, Release):
+            self._release_uris(self._book.forget(message.listener_id))
+        elif isinstance(message, Resubscribe):
+            self._resubscribe(message.generation)
+        elif isinstance(message, Reset):
+            self._book = RefcountBook()
+        elif isinstance(message, Inspect):
+            return {
+                "counts": {uri: self._book.count(uri) for uri in self._book.held_uris()},
+                "lost": sorted(self._book.lost_uris()),
+                "empty": self._book.is_empty(),
+            }
+        return None
+
+    def _acquire(self, message: Acquire) -> None:
+        taken: list[str] = []
+        for uri in message.uris:
+            if self._book.needs_subscribe(uri):
+                # Checked right before each wire call: a dead subscriber's registration sends nothing more.
+                if not message.alive():
+                    self._release_uris(taken)
+                    raise SubscriberNotAlive()
+                try:
+                    self._request("resources/subscribe", {"uri": uri})
+                except Error as error:
+                    self._release_uris(taken)
+                    raise SubscribeFailed(uri, error_term(error)) from error
+            self._book.take(uri)
+            taken.append(uri)
+        self._book.record(message.listener_id, taken)
+
+    def _release_uris(self, uris: tuple[str, ...] | list[str]) -> None:
+        for uri in reversed(uris):
+            if self._book.drop(uri):
+                try:
+                    self._request("resources/unsubscribe", {"uri": uri})
+                except Error as error:
+                    # The server keeps nothing we can fix from here; the count is already gone.
+                    logger.warning("resources/unsubscribe %s failed: %s", uri, error)
+
+    def _resubscribe(self, generation: int) -> None:
+        resubscribed: set[str] = set()
+        failed: dict[str, Any] = {}
+        for uri in self._book.held_uris():
+            try:
+                self._request("resources/subscribe", {"uri": uri})
+            except Error as error:
+                self._book.mark_lost(uri)
+                failed[uri] = error_term(error)
+            else:
+                self._book.mark_found(uri)
+                resubscribed.add(uri)
+        try:
+            self._client_ref.tell(ResubscribeReport(generation, frozenset(resubscribed), failed))
+        except pykka.ActorDeadError:
+            pass

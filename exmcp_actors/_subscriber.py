@@ -1,0 +1,275 @@
+"""Subscribers: who receives a handle's messages, and whose death removes it.
+
+One :class:`SubscriberProxy` actor per subscriber serializes delivery to it
+(so its messages keep wire order) and, when it stops for any reason, tells
+the client that the subscriber is gone. pykka has no monitors, so a
+:class:`LivenessWatcher` thread per client polls the subscribers' liveness
+(``Thread.is_alive()``, ``ActorRef.is_alive()``) and stops the proxies of
+the dead ones, without waiting for traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from ._messages import FINAL_TAGS
+
+logger = logging.getLogger("exmcp_actors")
+
+#: How often the liveness watcher looks at subscribers (seconds).
+LIVENESS_INTERVAL = 0.05
+
+
+class Inbox:
+    """An unbounded, thread-safe mailbox. A batch lands with one lock acquisition."""
+
+    __slots__ = ("_items", "_cond", "_finished")
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._finished = False
+
+    def put(self, item: Any) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify()
+
+    def put_many(self, items: Iterable[Any]) -> None:
+        with self._cond:
+            self._items.extend(items)
+            self._cond.notify()
+
+    def finish(self) -> None:
+        """No more messages will come: wake every waiter once the inbox is drained."""
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The next message; blocks up to ``timeout`` seconds (forever when None).
+
+        Raises:
+            queue.Empty: nothing arrived in time, or the inbox is finished and drained.
+        """
+        try:
+            return self._items.popleft()  # fast path: deque.popleft is atomic
+        except IndexError:
+            pass
+        with self._cond:
+            if timeout is None:
+                while not self._items:
+                    if self._finished:
+                        raise queue.Empty
+                    self._cond.wait()
+            else:
+                if timeout < 0:
+                    raise ValueError("timeout must be a non-negative number")
+                remaining = timeout
+                deadline = _monotonic() + timeout
+                while not self._items:
+                    if self._finished or remaining <= 0:
+                        raise queue.Empty
+                    self._cond.wait(remaining)
+                    remaining = deadline - _monotonic()
+            return self._items.popleft()
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class Subscriber:
+    """A resolved ``subscriber=`` argument.
+
+    Attributes:
+        key: identity shared by every handle of the same subscriber.
+        target: what the handle's messages are delivered to (None: the handle's own inbox).
+        alive: the liveness check (always true for ``put()`` objects).
+        watched: whether the liveness watcher must poll it.
+        owner: the original object, for ``handle.subscriber``.
+    """
+
+    key: Any
+    target: Any
+    alive: Callable[[], bool]
+    watched: bool
+    owner: Any
+
+
+def _always_alive() -> bool:
+    return True
+
+
+def resolve_subscriber(subscriber: Any) -> Subscriber:
+    """Turn the host's ``subscriber=`` argument into a :class:`Subscriber`.
+
+    Raises:
+        TypeError: the argument is none of the accepted kinds.
+    """
+    if subscriber is None:
+        subscriber = threading.current_thread()
+    if isinstance(subscriber, threading.Thread):
+        return Subscriber(("thread", id(subscriber)), None, subscriber.is_alive, True, subscriber)
+    if isinstance(subscriber, pykka.ActorRef):
+        return Subscriber(("actor", subscriber.actor_urn), subscriber, subscriber.is_alive, True, subscriber)
+    put = getattr(subscriber, "put", None)
+    if callable(put):
+        return Subscriber(("put", id(subscriber)), subscriber, _always_alive, False, subscriber)
+    raise TypeError(
+        "subscriber must be None (the calling thread), a threading.Thread, a pykka.ActorRef "
+        f"or an object with a put() method, got {type(subscriber).__name__}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Proxy message: deliver ``(target, message)`` pairs in order.
+
+    A target is an :class:`Inbox`, a ``pykka.ActorRef`` (``tell``) or an object with ``put``.
+    """
+
+    items: list[tuple[Any, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberGone:
+    """Proxy message: the subscriber died; stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberDown:
+    """Client message: a proxy stopped (its subscriber died or it was stopped)."""
+
+    key: Any
+    proxy_urn: str
+
+
+def _land(inbox: Inbox, run: list[Any]) -> None:
+    inbox.put_many(run)
+    if run[-1][0] in FINAL_TAGS:
+        inbox.finish()  # the closing message is the last: iteration and get() end after it
+
+
+def deliver_items(items: list[tuple[Any, Any]]) -> bool:
+    """Hand each message to its target; False when an actor target turned out dead."""
+    run_target: Any = None
+    run: list[Any] = []
+    for target, message in items:
+        if type(target) is Inbox:
+            # Consecutive messages for one inbox land in one batch.
+            if target is not run_target:
+                if run:
+                    _land(run_target, run)
+                run_target, run = target, []
+            run.append(message)
+            continue
+        if run:
+            _land(run_target, run)
+            run_target, run = None, []
+        if isinstance(target, pykka.ActorRef):
+            try:
+                target.tell(message)
+            except pykka.ActorDeadError:
+                return False
+        else:
+            target.put(message)
+    if run:
+        _land(run_target, run)
+    return True
+
+
+class SubscriberProxy(pykka.ThreadingActor):
+    """Delivers one subscriber's messages in order and reports its death to the client."""
+
+    use_daemon_thread = True
+
+    def __init__(self, key: Any, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
+        super().__init__()
+        self._key = key
+        self._client_ref = client_ref
+        self._on_thread = on_thread
+
+    def on_start(self) -> None:
+        self._on_thread()  # lets the client join this thread on disconnect
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Deliver):
+            if not deliver_items(message.items):
+                self.stop()
+        elif isinstance(message, SubscriberGone):
+            self.stop()
+        return None
+
+    def _report_down(self) -> None:
+        try:
+            self._client_ref.tell(SubscriberDown(self._key, self.actor_urn))
+        except pykka.ActorDeadError:
+            pass  # the client is gone already: nobody left to tell
+
+    def on_stop(self) -> None:
+        self._report_down()
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        logger.error("subscriber proxy failed delivering: %r", exception_value)
+        self._report_down()
+
+
+class LivenessWatcher:
+    """Polls watched subscribers and stops the proxies of dead ones. One thread per client."""
+
+    def __init__(self, name: str, adopt: Callable[[threading.Thread], None]) -> None:
+        self._adopt = adopt
+        self._lock = threading.Lock()
+        self._watched: dict[Any, tuple[Callable[[], bool], pykka.ActorRef[Any]]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._name = name
+
+    def watch(self, key: Any, alive: Callable[[], bool], proxy: pykka.ActorRef[Any]) -> None:
+        with self._lock:
+            self._watched[key] = (alive, proxy)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+                self._adopt(self._thread)
+
+    def unwatch(self, key: Any) -> None:
+        with self._lock:
+            self._watched.pop(key, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(LIVENESS_INTERVAL):
+            with self._lock:
+                dead = [(key, proxy) for key, (alive, proxy) in self._watched.items() if not alive()]
+                for key, _ in dead:
+                    del self._watched[key]
+            for _, proxy in dead:
+                try:
+                    proxy.tell(SubscriberGone())
+                except pykka.ActorDeadError:
+                    pass
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

@@ -1,0 +1,98 @@
+"""The one small interface every transport implements.
+
+A transport moves JSON-RPC messages between this process and one peer. It
+owns its threads (a reader, usually a writer) and never touches actors: it
+hands what it reads to a :class:`FrameSink` in batches, so a burst of frames
+costs one hand-off instead of one per frame.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: Frames larger than this many bytes are refused (logged and skipped).
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidFrame:
+    """A frame that could not be decoded as JSON, or that was too large.
+
+    Attributes:
+        error: what was wrong, for the log.
+        raw: the first bytes of the frame, for the log (truncated).
+    """
+
+    error: str
+    raw: bytes = b""
+
+
+#: What a sink receives per frame: the decoded JSON value, or an InvalidFrame.
+Frame = Any
+
+
+class FrameSink(Protocol):
+    """Where a transport delivers what it reads. One sink per opened connection.
+
+    Both methods are called from the transport's own threads and must not block.
+    """
+
+    def frames_received(self, frames: list[Frame]) -> None:
+        """A batch of frames in wire order (decoded JSON values or InvalidFrame)."""
+
+    def transport_lost(self, reason: str) -> None:
+        """The connection ended (peer closed, process exited, I/O error). Called at most once."""
+
+
+class Transport(abc.ABC):
+    """A reconnectable link to one MCP peer.
+
+    Lifecycle: ``open`` starts a fresh connection; ``close`` ends it. After a
+    loss or a close, ``open`` may be called again to reconnect (a new process
+    for stdio, a new socket for WebSocket and HTTP). Frames and the loss of
+    one connection go to the sink given to that ``open`` call only.
+    """
+
+    #: Largest frame accepted from the peer, in bytes.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+    @abc.abstractmethod
+    def open(self, sink: FrameSink, *, timeout: float) -> None:
+        """Open a new connection within ``timeout`` seconds and start reading.
+
+        Raises:
+            TransportError: the connection could not be opened.
+        """
+
+    @abc.abstractmethod
+    def send(self, message: dict[str, Any]) -> None:
+        """Queue one JSON-RPC message for sending. Thread-safe; does not wait for I/O.
+
+        Raises:
+            TransportError: the transport is not open.
+        """
+
+    def cancel_stream(self, request_id: Any) -> bool:
+        """Close the response stream of an in-flight request, if the transport has one.
+
+        HTTP returns True (closing the stream is how a client ends a
+        ``subscriptions/listen``); stdio and WebSocket return False, and the
+        client sends ``notifications/cancelled`` instead.
+        """
+        return False
+
+    def negotiated(self, protocol_version: str, era: str) -> None:
+        """Told after the handshake; HTTP uses it for headers and the GET stream."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the current connection and join its threads. Idempotent, bounded in time.
+
+        Does not call ``transport_lost``: the client knows it closed.
+        """
+
+    def describe(self) -> str:
+        """A short human-readable name for logs and errors."""
+        return type(self).__name__

@@ -1,0 +1,90 @@
+"""URI refcount bookkeeping and the listener index, sans-IO."""
+
+from __future__ import annotations
+
+import pytest
+
+from exmcp_actors._protocol._filters import normalize_filter
+from exmcp_actors._protocol._index import ListenerIndex
+from exmcp_actors._protocol._refcount import RefcountBook
+
+
+def test_only_the_first_holder_of_a_uri_needs_the_wire() -> None:
+    book = RefcountBook()
+    assert book.needs_subscribe("a")
+    book.take("a")
+    assert not book.needs_subscribe("a")
+    book.take("a")
+    assert book.count("a") == 2
+
+
+def test_only_the_last_holder_going_away_needs_an_unsubscribe() -> None:
+    book = RefcountBook()
+    book.take("a")
+    book.take("a")
+    assert book.drop("a") is False
+    assert book.drop("a") is True
+    assert book.count("a") == 0 and book.is_empty()
+
+
+def test_each_listener_releases_exactly_what_it_acquired() -> None:
+    book = RefcountBook()
+    for uri in ("a", "b"):
+        book.take(uri)
+    book.record("L1", ["a", "b"])
+    book.take("b")
+    book.record("L2", ["b"])
+    assert book.forget("L1") == ("a", "b")
+    assert book.forget("L1") == ()
+    assert book.held_by("L2") == ("b",)
+    with pytest.raises(ValueError):
+        book.record("L2", ["b"])
+
+
+def test_a_lost_uri_keeps_its_holders_is_retried_and_needs_no_unsubscribe_at_the_end() -> None:
+    book = RefcountBook()
+    book.take("a")
+    book.take("a")
+    book.mark_lost("a")
+    assert book.count("a") == 2
+    assert book.needs_subscribe("a")  # the next listener naming it tries the wire again
+    assert book.drop("a") is False
+    assert book.drop("a") is False  # nothing to unsubscribe: the server holds nothing
+    assert book.is_empty()
+
+
+def test_a_lost_uri_found_again_behaves_normally() -> None:
+    book = RefcountBook()
+    book.take("a")
+    book.mark_lost("a")
+    book.take("a")  # a new holder subscribed on the wire successfully
+    assert "a" not in book.lost_uris()
+    book.drop("a")
+    assert book.drop("a") is True
+
+
+def test_marking_an_unheld_uri_lost_leaves_nothing_behind() -> None:
+    book = RefcountBook()
+    book.mark_lost("ghost")
+    assert book.is_empty()
+
+
+def test_the_index_matches_by_uri_and_category_in_registration_order() -> None:
+    index: ListenerIndex[str] = ListenerIndex()
+    index.add(1, normalize_filter({"toolsListChanged": True, "resourceSubscriptions": ["a"]}), "one")
+    index.add(2, normalize_filter({"resourceSubscriptions": ["a", "b"]}), "two")
+    index.add(3, normalize_filter({"promptsListChanged": True}), "three")
+    assert index.match("notifications/resources/updated", {"uri": "a"}) == ["one", "two"]
+    assert index.match("notifications/resources/updated", {"uri": "b"}) == ["two"]
+    assert index.match("notifications/resources/updated", {"uri": "c"}) == []
+    assert index.match("notifications/resources/updated", {}) == []
+    assert index.match("notifications/resources/updated", None) == []
+    assert index.match("notifications/tools/list_changed", {}) == ["one"]
+    assert index.match("notifications/resources/list_changed", {}) == []
+    assert index.match("notifications/message", {}) == []
+    index.remove(1)
+    index.remove(99)
+    assert index.match("notifications/tools/list_changed", {}) == []
+    assert len(index) == 2 and 2 in index and 1 not in index
+    with pytest.raises(ValueError):
+        index.add(2, normalize_filter({"toolsListChanged": True}), "again")
