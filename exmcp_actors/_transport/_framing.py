@@ -1,0 +1,377 @@
+"""Helpers shared by the stream transports (stdio and WebSocket).
+
+Nothing here knows about processes or sockets:
+
+- :func:`encode_message` turns one JSON-RPC message into wire bytes;
+- :class:`LineSplitter` turns a byte stream into decoded frames, line by line;
+- :func:`decode_message` decodes one WebSocket message;
+- :class:`LossLatch` delivers to a sink and reports a loss at most once;
+- :class:`QueueWriter` is the writer thread: callers enqueue, it writes;
+- :func:`join_thread` joins with a timeout and says so when that fails.
+
+Decoding is on the hot path of every transport, so it avoids per-line Python
+overhead: a block of complete lines is UTF-8-decoded in one call and each line
+goes straight to the C JSON scanner; only lines the scanner does not accept
+whole take the slow path (``json.loads``, for whitespace and a precise error).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, InvalidFrame
+
+logger = logging.getLogger("exmcp_actors.transport")
+
+#: How many bytes of a bad frame an InvalidFrame keeps for the log.
+RAW_PREVIEW_BYTES: Final = 200
+
+# The C scanner behind json.loads, without its per-call Python wrapper:
+# scan_once(s, 0) -> (value, end). It does not skip whitespace, so anything
+# it does not consume whole is re-parsed by json.loads.
+_scan_once: Final[Callable[[str, int], tuple[Any, int]]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+# json.loads raises ValueError (JSONDecodeError) on bad input, and
+# RecursionError on absurdly nested input: neither may kill a reader thread.
+_DECODE_ERRORS: Final = (ValueError, RecursionError)
+
+
+def invalid_frame(error: str, raw: bytes | str = b"") -> InvalidFrame:
+    """An :class:`InvalidFrame` carrying at most :data:`RAW_PREVIEW_BYTES` of ``raw``."""
+    if isinstance(raw, str):
+        raw = raw[:RAW_PREVIEW_BYTES].encode("utf-8", "replace")
+    return InvalidFrame(error, bytes(raw[:RAW_PREVIEW_BYTES]))
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """Serialise one JSON-RPC message compactly as UTF-8 (no trailing newline).
+
+    Raises:
+        TypeError: the message holds something JSON cannot represent.
+        ValueError: the message holds a circular reference or a lone surrogate.
+    """
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _decode_text_slow(text: str, out: list[Frame], *, skip_blank: bool) -> None:
+    """Full ``json.loads`` of one frame; appends the value or an InvalidFrame."""
+    if skip_blank and (not text or text.isspace()):
+        return
+    try:
+        out.append(json.loads(text))
+    except _DECODE_ERRORS as exc:
+        out.append(invalid_frame(f"invalid JSON: {exc}", text))
+
+
+def _decode_line_bytes(line: bytes, out: list[Frame]) -> None:
+    """Decode one line given as bytes (the slow path for a block with bad UTF-8)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if line.strip():
+            out.append(invalid_frame(f"invalid UTF-8: {exc}", line))
+        return
+    _decode_text_slow(text, out, skip_blank=True)
+
+
+def decode_lines(block: bytes, out: list[Frame], max_frame_bytes: int) -> None:
+    """Decode newline-separated complete lines, appending one frame per non-blank line.
+
+    Lines longer than ``max_frame_bytes`` become an oversized InvalidFrame.
+    """
+    if len(block) > max_frame_bytes:
+        # Some line may be too long: check them one by one (rare path).
+        for line in block.split(b"\n"):
+            if len(line) > max_frame_bytes:
+                out.append(invalid_frame(_oversized(len(line), max_frame_bytes), line))
+            else:
+                _decode_line_bytes(line, out)
+        return
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        for line in block.split(b"\n"):
+            _decode_line_bytes(line, out)
+        return
+    append = out.append
+    scan = _scan_once
+    for line_text in text.split("\n"):
+        if not line_text:
+            continue
+        try:
+            value, end = scan(line_text, 0)
+        except (StopIteration, *_DECODE_ERRORS):
+            pass
+        else:
+            if end == len(line_text):
+                append(value)
+                continue
+        _decode_text_slow(line_text, out, skip_blank=True)
+
+
+def decode_message(data: bytes | str, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
+    """Decode one whole message (a WebSocket frame) into a JSON value or an InvalidFrame."""
+    if isinstance(data, str):  # only if a caller already decoded it
+        data = data.encode("utf-8", "surrogatepass")
+    if len(data) > max_frame_bytes:
+        return invalid_frame(_oversized(len(data), max_frame_bytes), data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return invalid_frame(f"invalid UTF-8: {exc}", data)
+    try:
+        value, end = _scan_once(text, 0)
+    except (StopIteration, *_DECODE_ERRORS):
+        pass
+    else:
+        if end == len(text):
+            return value
+    out: list[Frame] = []
+    _decode_text_slow(text, out, skip_blank=False)
+    return out[0]
+
+
+def _oversized(size: int | None, limit: int) -> str:
+    if size is None:
+        return f"oversized frame: line longer than max_frame_bytes={limit}, rest of it skipped"
+    return f"oversized frame: {size} bytes, more than max_frame_bytes={limit}"
+
+
+class LineSplitter:
+    """Turns chunks of a newline-delimited JSON stream into frames.
+
+    A partial line is kept as a list of pieces (no quadratic re-copying of a
+    long line). A line that grows past ``max_frame_bytes`` yields a single
+    oversized InvalidFrame as soon as the limit is crossed, and the rest of
+    that line is skipped as it arrives, never held in memory.
+
+    Example:
+        >>> s = LineSplitter(max_frame_bytes=1024)
+        >>> s.feed(b'{"a":1}\\n{"b"')
+        [{'a': 1}]
+        >>> s.feed(b':2}\\n')
+        [{'b': 2}]
+    """
+
+    __slots__ = ("_discarding", "_max", "_parts", "_parts_len")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._max = max_frame_bytes
+        self._parts: list[bytes] = []
+        self._parts_len = 0
+        self._discarding = False
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        """Consume one chunk; return the frames completed by it, in order."""
+        out: list[Frame] = []
+        start = 0
+        if self._discarding:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                return out
+            self._discarding = False
+            start = newline + 1
+        last_newline = chunk.rfind(b"\n")
+        if last_newline < start:
+            self._keep_partial(chunk[start:] if start else chunk, out)
+            return out
+        if self._parts:
+            # Complete the pending partial line with this chunk's first line.
+            first_newline = chunk.find(b"\n", start)
+            self._parts.append(chunk[start:first_newline])
+            line = b"".join(self._parts)
+            self._parts = []
+            self._parts_len = 0
+            decode_lines(line, out, self._max)
+            start = first_newline + 1
+        if start < last_newline:
+            decode_lines(chunk[start:last_newline], out, self._max)
+        if last_newline + 1 < len(chunk):
+            self._keep_partial(chunk[last_newline + 1 :], out)
+        return out
+
+    def finish(self) -> list[Frame]:
+        """At end of stream: decode an unterminated last line, if any (leniently)."""
+        out: list[Frame] = []
+        if self._parts:
+            line = b"".join(self._parts)
+            self._parts = []
+            self._parts_len = 0
+            decode_lines(line, out, self._max)
+        self._discarding = False
+        return out
+
+    def _keep_partial(self, piece: bytes, out: list[Frame]) -> None:
+        if not piece:
+            return
+        self._parts.append(piece)
+        self._parts_len += len(piece)
+        if self._parts_len > self._max:
+            preview = b"".join(self._parts)[:RAW_PREVIEW_BYTES]
+            out.append(invalid_frame(_oversized(None, self._max), preview))
+            self._parts = []
+            self._parts_len = 0
+            self._discarding = True
+
+
+class LossLatch:
+    """One connection's link to its sink: frames while it is up, then one loss at most.
+
+    ``close()`` (we ended it) and ``report_lost()`` (it ended by itself) both
+    end delivery for good. Sink calls happen under a re-entrant lock, so a
+    loss is never reported once ``close()`` has returned, nor after frames
+    that follow it; a sink may call back into the transport from its callback.
+    """
+
+    __slots__ = ("_lock", "_sink", "closed", "lost_reason", "name")
+
+    def __init__(self, sink: FrameSink, name: str) -> None:
+        self._sink = sink
+        #: Who we are, for the log.
+        self.name = name
+        self._lock = threading.RLock()
+        self.closed = False
+        self.lost_reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Neither closed by us nor lost."""
+        return not self.closed and self.lost_reason is None
+
+    def close(self) -> bool:
+        """Mark the connection closed by us; True if it was still active."""
+        with self._lock:
+            was_active = self.active
+            self.closed = True
+            return was_active
+
+    def deliver(self, frames: list[Frame]) -> None:
+        """Hand a batch to the sink, unless the connection is closed or lost."""
+        with self._lock:
+            if not self.active:
+                return
+            try:
+                self._sink.frames_received(frames)
+            except Exception:
+                logger.exception(
+                    "%s: the sink failed on a batch of %d frames",
+                    self.name,
+                    len(frames),
+                )
+
+    def report_lost(self, reason: str) -> bool:
+        """Report the loss to the sink if it is the first end of this connection."""
+        with self._lock:
+            if not self.active:
+                return False
+            self.lost_reason = reason
+            logger.info("connection lost: %s", reason)
+            try:
+                self._sink.transport_lost(reason)
+            except Exception:
+                logger.exception("%s: the sink failed on transport_lost", self.name)
+            return True
+
+
+_STOP: Final = object()
+_WAKE: Final = object()
+
+
+class QueueWriter:
+    """A writer thread fed by a queue, so that callers never block on I/O.
+
+    It drains whatever is queued (up to ``max_batch_bytes``) and hands it to
+    ``write_batch`` in one call, which lets stdio write many lines with one
+    system call. ``wake()`` calls ``write_batch([])`` so the owner can slip in
+    work of its own (the WebSocket heartbeat ping). After ``stop()`` the thread
+    writes what was queued before it, runs ``on_exit`` and ends; on a write
+    error it calls ``on_error`` and then ``on_exit``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        write_batch: Callable[[list[bytes]], None],
+        *,
+        on_error: Callable[[BaseException], None],
+        on_exit: Callable[[], None] | None = None,
+        max_batch_bytes: int = 1 << 20,
+    ) -> None:
+        self._write_batch = write_batch
+        self._on_error = on_error
+        self._on_exit = on_exit
+        self._max_batch_bytes = max_batch_bytes
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self.thread.start()
+
+    def put(self, data: bytes) -> None:
+        """Queue bytes for writing. Never blocks."""
+        self._queue.put(data)
+
+    def wake(self) -> None:
+        """Make the thread call ``write_batch`` soon, even with nothing queued."""
+        self._queue.put(_WAKE)
+
+    def stop(self) -> None:
+        """Ask the thread to finish what is queued so far and end."""
+        self._queue.put(_STOP)
+
+    def _run(self) -> None:
+        get = self._queue.get
+        get_nowait = self._queue.get_nowait
+        try:
+            while True:
+                item = get()
+                batch: list[bytes] = []
+                size = 0
+                stopping = False
+                while True:
+                    if item is _STOP:
+                        stopping = True
+                        break
+                    if isinstance(item, bytes):
+                        batch.append(item)
+                        size += len(item)
+                        if size >= self._max_batch_bytes:
+                            break
+                    try:
+                        item = get_nowait()
+                    except queue.Empty:
+                        break
+                self._write_batch(batch)
+                if stopping:
+                    return
+        except BaseException as exc:  # any failure ends the writer
+            self._on_error(exc)
+        finally:
+            if self._on_exit is not None:
+                try:
+                    self._on_exit()
+                except Exception:
+                    logger.exception("%s: exit hook failed", self.thread.name)
+
+
+def join_thread(thread: threading.Thread | None, timeout: float, owner: str | None = None) -> bool:
+    """Join ``thread`` within ``timeout``; True if it ended. Never joins the caller itself.
+
+    With an ``owner``, a thread still alive afterwards is logged as a warning;
+    without one, the wait was only an optimisation and a timeout is silent.
+    """
+    if thread is None or thread.ident is None or thread is threading.current_thread():
+        return True
+    thread.join(max(0.0, timeout))
+    if thread.is_alive():
+        if owner is None:
+            return False
+        logger.warning("%s: thread %s did not end within %.1fs", owner, thread.name, timeout)
+        return False
+    return True

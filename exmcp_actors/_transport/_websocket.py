@@ -1,0 +1,388 @@
+"""The WebSocket transport: subprotocol ``"mcp"``, one JSON-RPC message per text frame.
+
+Built on websocket-client's low-level :class:`websocket.WebSocket` (not
+``WebSocketApp``, whose automatic reconnect hides errors), with the lessons
+measured on it:
+
+- the socket stays blocking after the handshake: a send that times out
+  midway would leave half a frame on the wire;
+- ``skip_utf8_validation=True`` (much faster ``recv``); UTF-8 is still
+  checked when a frame is decoded, and bad UTF-8 becomes an InvalidFrame;
+- dead peers are found by a heartbeat, and the socket is then shut down
+  under the blocked reader (``abort``);
+- the reader catches ``OSError`` as well as WebSocket exceptions.
+
+Threads per connection (all daemons, all ended by ``close()`` or by the loss):
+
+- ``exmcp-ws-reader``: receives frames; after the first one it keeps reading
+  while more data is already buffered (kernel socket, or TLS ``pending()``),
+  up to ``max_batch_frames``, then hands the batch to the sink in one call;
+- ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one
+  thread only because websocket-client sends must be serialised;
+- ``exmcp-ws-heartbeat``: asks for a ping every ``heartbeat_interval``; if no
+  frame at all (pong or other) arrives within ``heartbeat_timeout`` after
+  it, reports the loss and aborts the socket. A peer that falls silent is so
+  detected within ``heartbeat_interval + heartbeat_timeout``.
+
+Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
+servers send JSON in binary frames; anything else becomes an InvalidFrame.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import ssl
+import struct
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any, Final
+
+import websocket
+
+from .._errors import TransportError
+from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
+from ._framing import (
+    LossLatch,
+    QueueWriter,
+    decode_message,
+    encode_message,
+    join_thread,
+    logger,
+)
+
+#: The subprotocol the former MCP SDK WebSocket transports used.
+SUBPROTOCOL: Final = "mcp"
+
+_OP_TEXT: Final = websocket.ABNF.OPCODE_TEXT
+_OP_BINARY: Final = websocket.ABNF.OPCODE_BINARY
+_OP_CLOSE: Final = websocket.ABNF.OPCODE_CLOSE
+_DATA_OPCODES: Final = frozenset((_OP_TEXT, _OP_BINARY))
+
+# Exceptions that mean "this connection is broken" wherever they come from.
+_IO_ERRORS: Final = (websocket.WebSocketException, OSError)
+
+
+def _redact(url: str) -> str:
+    """The URL without credentials, query or fragment (they may hold secrets)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _close_frame_text(data: bytes) -> str:
+    if len(data) < 2:
+        return "no status code"
+    code = struct.unpack("!H", data[:2])[0]
+    reason = data[2:].decode("utf-8", "replace")
+    return f"code {code}" + (f", reason {reason!r}" if reason else "")
+
+
+class WebSocketTransport(Transport):
+    """An MCP peer at a ``ws://`` or ``wss://`` URL.
+
+    Each ``open()`` makes a new socket. ``wss://`` verifies the server's
+    certificate and host name against the system CAs unless ``sslopt`` says
+    otherwise (it is passed to websocket-client as is, e.g.
+    ``{"ca_certs": "ca.pem"}`` or ``{"context": ssl_context}``).
+
+    Args:
+        url: ``ws://`` or ``wss://`` URL.
+        headers: extra handshake headers (``Authorization``, ``Origin``...).
+        heartbeat_interval: seconds between pings; ``None`` or 0 turns the heartbeat off.
+        heartbeat_timeout: seconds to wait for any frame after a ping.
+        sslopt: websocket-client TLS options; default: verify certificates.
+        max_frame_bytes: larger messages become an InvalidFrame.
+        close_timeout: seconds ``close()`` waits for the peer's closing handshake.
+        max_batch_frames: most frames handed to the sink in one call.
+
+    Example:
+        >>> WebSocketTransport("wss://user:pw@example.com/mcp?token=x").describe()
+        'websocket wss://example.com/mcp'
+    """
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        heartbeat_interval: float | None = 15.0,
+        heartbeat_timeout: float = 10.0,
+        sslopt: Mapping[str, Any] | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        close_timeout: float = 1.0,
+        max_batch_frames: int = 1024,
+    ) -> None:
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        if scheme not in ("ws", "wss"):
+            raise ValueError(f"not a WebSocket URL (ws:// or wss://): {_redact(url)!r}")
+        for key, value in (headers or {}).items():
+            if any(c in f"{key}{value}" for c in "\r\n\0"):
+                raise ValueError(f"header {key!r} holds a line break or NUL")
+        if heartbeat_interval and heartbeat_timeout <= 0:
+            raise ValueError("heartbeat_timeout must be positive")
+        self.url = url
+        self.headers = dict(headers or {})
+        self.heartbeat_interval = heartbeat_interval or None
+        self.heartbeat_timeout = heartbeat_timeout
+        self.sslopt: dict[str, Any] = (
+            dict(sslopt) if sslopt is not None else {"cert_reqs": ssl.CERT_REQUIRED, "check_hostname": True}
+        )
+        self.max_frame_bytes = max_frame_bytes
+        self.close_timeout = close_timeout
+        self.max_batch_frames = max_batch_frames
+        self._lock = threading.Lock()
+        self._conn: _WsConnection | None = None
+
+    @property
+    def subprotocol(self) -> str | None:
+        """The subprotocol the server chose for the current connection."""
+        conn = self._conn
+        return conn.subprotocol if conn is not None else None
+
+    def open(self, sink: FrameSink, *, timeout: float) -> None:
+        """Connect a new socket within ``timeout`` (per network step), ending any previous one."""
+        with self._lock:
+            old, self._conn = self._conn, None
+        if old is not None:
+            old.close()
+        conn = _WsConnection(self, sink)
+        conn.start(timeout)
+        with self._lock:
+            old, self._conn = self._conn, conn
+        if old is not None:  # a concurrent open() raced us; the last one wins
+            old.close()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Queue one message as one text frame."""
+        conn = self._conn
+        if conn is None:
+            raise TransportError(f"{self.describe()}: not open")
+        conn.send(encode_message(message))
+
+    def close(self) -> None:
+        """Send a close frame (best effort), shut the socket down, join the threads. Idempotent."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def describe(self) -> str:
+        """``websocket <url without credentials or query>``."""
+        return f"websocket {_redact(self.url)}"
+
+    def __repr__(self) -> str:
+        return f"WebSocketTransport({_redact(self.url)!r})"
+
+
+class _WsConnection:
+    """One socket and its three threads."""
+
+    def __init__(self, transport: WebSocketTransport, sink: FrameSink) -> None:
+        self.t = transport
+        self.label = transport.describe()
+        self.latch = LossLatch(sink, self.label)
+        self.ws = websocket.WebSocket(
+            sslopt=dict(transport.sslopt),
+            enable_multithread=True,  # sends from the writer and pongs from the reader
+            skip_utf8_validation=True,
+        )
+        self.sock: socket.socket | None = None
+        self.subprotocol: str | None = None
+        #: When the reader last received a frame (any frame), for the heartbeat.
+        self.last_rx = time.monotonic()
+        #: The reader is inside the sink.
+        self.delivering = False
+        self._stop = threading.Event()
+        self._ping_due = threading.Event()
+        self._send_close_frame = False
+        self._finish_lock = threading.Lock()
+        self._finished = False
+        self._poll: Any = None
+        self.writer = QueueWriter(
+            "exmcp-ws-writer",
+            self._write_batch,
+            on_error=self._writer_failed,
+            on_exit=self._writer_exit,
+        )
+        self.reader = threading.Thread(target=self._read_loop, name="exmcp-ws-reader", daemon=True)
+        self.heartbeat: threading.Thread | None = None
+        if transport.heartbeat_interval:
+            self.heartbeat = threading.Thread(target=self._heartbeat_loop, name="exmcp-ws-heartbeat", daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self, timeout: float) -> None:
+        options: dict[str, Any] = {"subprotocols": [SUBPROTOCOL], "timeout": timeout}
+        header: dict[str, str] = {}
+        for key, value in self.t.headers.items():
+            # websocket-client writes its own Origin and Host: pass ours through its options.
+            if key.lower() in ("origin", "host"):
+                options[key.lower()] = value
+            else:
+                header[key] = value
+        if header:
+            options["header"] = header
+        try:
+            self.ws.connect(self.t.url, **options)  # type: ignore[no-untyped-call]
+            self.ws.settimeout(None)  # blocking from now on: see the module docstring
+        except (*_IO_ERRORS, ValueError) as exc:
+            self.ws.shutdown()  # type: ignore[no-untyped-call]
+            raise TransportError(f"{self.label}: cannot connect: {exc}") from exc
+        self.sock = self.ws.sock
+        self.subprotocol = self.ws.getsubprotocol()
+        if hasattr(select, "poll") and self.sock is not None:
+            self._poll = select.poll()
+            self._poll.register(self.sock.fileno(), select.POLLIN)
+        logger.debug("%s: connected (subprotocol %r)", self.label, self.subprotocol)
+        self.last_rx = time.monotonic()
+        self.writer.start()
+        self.reader.start()
+        if self.heartbeat is not None:
+            self.heartbeat.start()
+
+    def send(self, data: bytes) -> None:
+        if not self.latch.active:
+            state = "closed" if self.latch.closed else f"lost ({self.latch.lost_reason})"
+            raise TransportError(f"{self.label}: connection {state}")
+        self.writer.put(data)
+
+    def close(self) -> None:
+        """Closing handshake (best effort, bounded), then tear everything down."""
+        self.latch.close()
+        self._stop.set()
+        self._send_close_frame = True
+        self.writer.stop()  # queued messages, then the close frame
+        timeout = self.t.close_timeout
+        deadline = time.monotonic() + timeout
+        join_thread(self.writer.thread, timeout)
+        # The reader ends when the peer answers our close frame.
+        join_thread(self.reader, deadline - time.monotonic())
+        self._finish()
+        join_thread(self.reader, timeout, self.label)
+        logger.debug("%s: closed", self.label)
+
+    def _abort(self) -> None:
+        """Shut the socket down under any thread blocked on it."""
+        sock = self.sock
+        if sock is not None:
+            try:
+                # socket.socket.shutdown, not SSLSocket.shutdown, which drops
+                # the TLS object under a thread that may be using it.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _finish(self) -> None:
+        """Stop the threads and close the socket. Runs once; by the reader or by close()."""
+        with self._finish_lock:
+            if self._finished:
+                return
+            self._finished = True
+            self._stop.set()
+            # Lost, or close() already gave the closing handshake its time:
+            # shut down first, so that a writer blocked in send wakes up.
+            self._abort()
+            self.writer.stop()
+            join_thread(self.writer.thread, self.t.close_timeout, self.label)
+            join_thread(self.heartbeat, self.t.close_timeout, self.label)
+            self.ws.shutdown()  # type: ignore[no-untyped-call]
+
+    # -- threads -----------------------------------------------------------
+
+    def _write_batch(self, batch: list[bytes]) -> None:
+        ws = self.ws
+        for data in batch:
+            if self._ping_due.is_set():
+                self._ping()
+            ws.send(data, _OP_TEXT)
+        if self._ping_due.is_set():
+            self._ping()
+
+    def _ping(self) -> None:
+        self._ping_due.clear()
+        self.ws.ping()
+
+    def _writer_failed(self, exc: BaseException) -> None:
+        if self.latch.report_lost(f"{self.label}: send failed: {exc!r}"):
+            self._abort()
+
+    def _writer_exit(self) -> None:
+        if self._send_close_frame and self.latch.closed:
+            try:
+                self.ws.send_close(websocket.STATUS_NORMAL)
+            except _IO_ERRORS as exc:
+                logger.debug("%s: could not send the close frame: %r", self.label, exc)
+
+    def _more_ready(self) -> bool:
+        """Is more data already here, so that the next recv will not wait?"""
+        sock = self.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        if self._poll is not None:
+            return bool(self._poll.poll(0))
+        return sock is not None and bool(select.select([sock], [], [], 0)[0])
+
+    def _read_loop(self) -> None:
+        recv = self.ws.recv_data_frame
+        latch = self.latch
+        max_bytes = self.t.max_frame_bytes
+        max_batch = self.t.max_batch_frames
+        monotonic = time.monotonic
+        more_ready = self._more_ready
+        batch: list[Frame] = []
+        try:
+            while True:
+                opcode, frame = recv(True)
+                self.last_rx = monotonic()
+                if opcode in _DATA_OPCODES:
+                    batch.append(decode_message(frame.data, max_bytes))
+                elif opcode == _OP_CLOSE:
+                    if batch:
+                        latch.deliver(batch)
+                        batch = []
+                    latch.report_lost(f"{self.label}: peer closed the connection ({_close_frame_text(frame.data)})")
+                    return
+                # ping and pong: liveness only (websocket-client answers pings)
+                if batch and (len(batch) >= max_batch or not more_ready()):
+                    self.delivering = True
+                    latch.deliver(batch)
+                    self.delivering = False
+                    batch = []
+        except websocket.WebSocketConnectionClosedException:
+            self._reader_lost(batch, "peer dropped the connection without a close frame")
+        except Exception as exc:  # OSError, protocol errors...: the link is unusable
+            self._reader_lost(batch, f"connection failed: {exc!r}")
+        finally:
+            self._finish()
+
+    def _reader_lost(self, batch: list[Frame], what: str) -> None:
+        if batch:
+            self.latch.deliver(batch)
+        if self.latch.active:
+            self.latch.report_lost(f"{self.label}: {what}")
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.t.heartbeat_interval
+        timeout = self.t.heartbeat_timeout
+        assert interval is not None
+        stop = self._stop
+        next_ping = time.monotonic() + interval
+        while not stop.wait(max(0.0, next_ping - time.monotonic())):
+            ping_at = time.monotonic()
+            self._ping_due.set()
+            self.writer.wake()
+            if stop.wait(timeout):
+                return
+            # A reader held up in the sink cannot see the pong: not the peer's fault.
+            if self.last_rx < ping_at and not self.delivering:
+                reason = f"{self.label}: heartbeat timeout: no frame within {timeout:g}s of a ping"
+                if self.latch.report_lost(reason):
+                    self._abort()
+                return
+            next_ping = max(ping_at + interval, time.monotonic())

@@ -1,0 +1,455 @@
+"""Test helpers for the transport tests: a recording sink, child scripts, raw peers.
+
+Everything waits on ``threading`` primitives with timeouts, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import logging
+import socket
+import struct
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Self
+
+from websockets.sync.server import Server, ServerConnection, serve
+from websockets.typing import Subprotocol
+
+from exmcp_actors._transport._base import Frame, InvalidFrame
+
+#: Generous bound for anything that should happen "soon".
+WAIT = 10.0
+
+
+class RecordingSink:
+    """A FrameSink that records batches and losses, and lets tests wait for them.
+
+    Args:
+        hold_first_batch: if set, the first ``frames_received`` call blocks
+            until :attr:`release` is set, so a test can let frames pile up.
+    """
+
+    def __init__(self, *, hold_first_batch: bool = False) -> None:
+        self._cond = threading.Condition()
+        self.batches: list[list[Frame]] = []
+        self.lost: list[str] = []
+        self.lost_event = threading.Event()
+        self.first_batch_arrived = threading.Event()
+        self.release = threading.Event()
+        if not hold_first_batch:
+            self.release.set()
+        self.threads: set[str] = set()
+
+    # FrameSink
+    def frames_received(self, frames: list[Frame]) -> None:
+        """Record one batch."""
+        self.threads.add(threading.current_thread().name)
+        if not self.first_batch_arrived.is_set():
+            self.first_batch_arrived.set()
+            self.release.wait(WAIT)
+        with self._cond:
+            self.batches.append(list(frames))
+            self._cond.notify_all()
+
+    def transport_lost(self, reason: str) -> None:
+        """Record one loss."""
+        with self._cond:
+            self.lost.append(reason)
+            self._cond.notify_all()
+        self.lost_event.set()
+
+    # For tests
+    @property
+    def frames(self) -> list[Frame]:
+        """All frames so far, in order."""
+        with self._cond:
+            return [frame for batch in self.batches for frame in batch]
+
+    def wait_frames(self, count: int, timeout: float = WAIT) -> list[Frame]:
+        """Wait until at least ``count`` frames arrived; return all of them."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: sum(map(len, self.batches)) >= count, timeout)
+        frames = self.frames
+        assert ok, f"expected {count} frames, got {len(frames)}: {frames[:5]!r}"
+        return frames
+
+    def wait_lost(self, timeout: float = WAIT) -> str:
+        """Wait for the loss and return its reason."""
+        assert self.lost_event.wait(timeout), "transport_lost was not called"
+        return self.lost[0]
+
+
+class LogWaiter(logging.Handler):
+    """A logging handler that lets a test wait for a record containing some text."""
+
+    def __init__(self, logger_name: str, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.seen = threading.Event()
+        self.records: list[logging.LogRecord] = []
+        self._logger = logging.getLogger(logger_name)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Remember the record; set :attr:`seen` on a match."""
+        self.records.append(record)
+        if self.text in record.getMessage():
+            self.seen.set()
+
+    def __enter__(self) -> Self:
+        self._logger.addHandler(self)
+        self._old_level = self._logger.level
+        self._logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._old_level)
+
+    def wait(self, timeout: float = WAIT) -> logging.LogRecord:
+        """Wait for the matching record and return it."""
+        assert self.seen.wait(timeout), f"no log record containing {self.text!r}"
+        return next(r for r in self.records if self.text in r.getMessage())
+
+
+def invalid(frames: list[Frame]) -> list[InvalidFrame]:
+    """The InvalidFrames among ``frames``."""
+    return [f for f in frames if isinstance(f, InvalidFrame)]
+
+
+def exmcp_threads() -> list[threading.Thread]:
+    """Live threads started by the stdio and WebSocket transports."""
+    prefixes = ("exmcp-stdio-", "exmcp-ws-")
+    return [t for t in threading.enumerate() if t.name.startswith(prefixes)]
+
+
+def join_exmcp_threads(timeout: float = WAIT) -> list[str]:
+    """Wait for transport threads to end by themselves; return those still alive."""
+    deadline = time.monotonic() + timeout
+    for thread in exmcp_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in exmcp_threads()]
+
+
+# -- stdio children ------------------------------------------------------------
+
+
+def py(script: str) -> list[str]:
+    """argv running ``script`` with this Python."""
+    return [sys.executable, "-c", textwrap.dedent(script)]
+
+
+#: Echoes each stdin line; "exit N" exits with code N; "pid" answers its pid.
+ECHO = py(
+    """
+    import json, os, sys
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg.get("method") == "exit":
+            sys.exit(msg["params"]["code"])
+        if msg.get("method") == "pid":
+            msg = {"pid": os.getpid()}
+        if msg.get("method") == "stderr":
+            sys.stderr.write(msg["params"]["text"] + "\\n")
+            sys.stderr.flush()
+            continue
+        sys.stdout.write(json.dumps(msg) + "\\n")
+        sys.stdout.flush()
+    """
+)
+
+
+def burst(count: int) -> list[str]:
+    """A child that writes ``count`` lines in one write, then waits for stdin EOF."""
+    return py(
+        f"""
+        import sys
+        lines = b"".join(b'{{"n":%d}}\\n' % i for i in range({count}))
+        sys.stdout.buffer.write(lines)
+        sys.stdout.flush()
+        sys.stdin.read()
+        """
+    )
+
+
+def writes(*chunks: bytes, then_exit: int | None = None) -> list[str]:
+    """A child that writes each chunk separately (flushed), then waits or exits."""
+    ending = f"sys.exit({then_exit})" if then_exit is not None else "sys.stdin.read()"
+    return py(
+        f"""
+        import sys
+        for chunk in {list(chunks)!r}:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+        {ending}
+        """
+    )
+
+
+#: Ignores SIGTERM, says so on stdout, then sleeps on stdin.
+IGNORES_SIGTERM = py(
+    """
+    import signal, sys
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stdout.write('{"ready":true}\\n')
+    sys.stdout.flush()
+    while True:
+        signal.pause()
+    """
+)
+
+#: Never reads stdin: the pipe fills up.
+NEVER_READS = py(
+    """
+    import sys, time
+    sys.stdout.write('{"ready":true}\\n')
+    sys.stdout.flush()
+    while True:
+        time.sleep(3600)
+    """
+)
+
+
+# -- WebSocket peers -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ws_server(
+    handler: Callable[[ServerConnection], None],
+    *,
+    subprotocols: list[str] | None = None,
+    ping_interval: float | None = None,
+) -> Iterator[tuple[str, Server]]:
+    """Run a ``websockets`` sync server on a free port; yield (url, server)."""
+    server = serve(
+        handler,
+        "127.0.0.1",
+        0,
+        subprotocols=[Subprotocol(p) for p in subprotocols or ["mcp"]],
+        compression=None,
+        ping_interval=ping_interval,
+        max_size=None,
+    )
+    thread = threading.Thread(target=server.serve_forever, name="test-ws-server", daemon=True)
+    thread.start()
+    try:
+        port = server.socket.getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/mcp", server
+    finally:
+        server.shutdown()
+        thread.join(WAIT)
+
+
+def echo_handler(conn: ServerConnection) -> None:
+    """Echo every message back until the client leaves."""
+    for message in conn:
+        conn.send(message)
+
+
+_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+class RawWsPeer:
+    """A hand-made WebSocket server for one connection, to misbehave exactly.
+
+    It completes the opening handshake (choosing subprotocol ``mcp``), then
+    does only what the test tells it: send raw frames, read the client's
+    frames, fall silent, or drop the TCP connection.
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"ws://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
+        self.conn: socket.socket | None = None
+        self.request_headers: dict[str, str] = {}
+        self.connected = threading.Event()
+        self._buffer = b""
+        self._thread = threading.Thread(target=self._accept, name="test-raw-ws", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        self._listener.settimeout(WAIT)
+        try:
+            conn, _ = self._listener.accept()
+        except OSError:
+            return
+        conn.settimeout(WAIT)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        head, _, self._buffer = data.partition(b"\r\n\r\n")
+        for line in head.decode().split("\r\n")[1:]:
+            key, _, value = line.partition(":")
+            self.request_headers[key.strip().lower()] = value.strip()
+        accept = base64.b64encode(
+            hashlib.sha1((self.request_headers["sec-websocket-key"] + _GUID).encode()).digest()
+        ).decode()
+        conn.sendall(
+            (
+                "HTTP/1.1 101 Switching Protocols\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Accept: {accept}\r\n"
+                "Sec-WebSocket-Protocol: mcp\r\n\r\n"
+            ).encode()
+        )
+        self.conn = conn
+        self.connected.set()
+
+    def wait_connected(self) -> socket.socket:
+        """The accepted connection, once the handshake is done."""
+        assert self.connected.wait(WAIT), "no client connected"
+        assert self.conn is not None
+        return self.conn
+
+    @staticmethod
+    def frame(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
+        """An unmasked server-to-client frame."""
+        first = (0x80 if fin else 0) | opcode
+        size = len(payload)
+        if size < 126:
+            header = struct.pack("!BB", first, size)
+        elif size < 1 << 16:
+            header = struct.pack("!BBH", first, 126, size)
+        else:
+            header = struct.pack("!BBQ", first, 127, size)
+        return header + payload
+
+    def send_frames(self, *frames: bytes) -> None:
+        """Send already built frames in one write."""
+        self.wait_connected().sendall(b"".join(frames))
+
+    def send_text(self, payload: bytes | str) -> None:
+        """Send one text frame (payload bytes are sent as they are, valid UTF-8 or not)."""
+        data = payload.encode() if isinstance(payload, str) else payload
+        self.send_frames(self.frame(0x1, data))
+
+    def _read_exact(self, size: int) -> bytes:
+        conn = self.wait_connected()
+        while len(self._buffer) < size:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ConnectionError("client closed the connection")
+            self._buffer += chunk
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def recv_frame(self) -> tuple[int, bytes]:
+        """Read one client frame; return (opcode, unmasked payload)."""
+        first, second = self._read_exact(2)
+        size = second & 0x7F
+        if size == 126:
+            (size,) = struct.unpack("!H", self._read_exact(2))
+        elif size == 127:
+            (size,) = struct.unpack("!Q", self._read_exact(8))
+        mask = self._read_exact(4) if second & 0x80 else b"\0\0\0\0"
+        payload = bytes(b ^ mask[i % 4] for i, b in enumerate(self._read_exact(size)))
+        return first & 0x0F, payload
+
+    def drop(self) -> None:
+        """Close the TCP connection without a closing handshake."""
+        conn = self.wait_connected()
+        conn.close()
+
+    def close(self) -> None:
+        """Release the sockets."""
+        self._listener.close()
+        if self.conn is not None:
+            self.conn.close()
+        self._thread.join(WAIT)
+
+
+def make_tls_files(directory: Any) -> tuple[str, str, str]:
+    """A CA and a server certificate for 127.0.0.1/localhost; returns (ca, cert, key) paths.
+
+    Needs ``cryptography`` (tests using it skip without it).
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "exmcp test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_path = f"{directory}/ca.pem"
+    cert_path = f"{directory}/cert.pem"
+    key_path = f"{directory}/key.pem"
+    with open(ca_path, "wb") as f:
+        f.write(ca_cert.public_bytes(serialization.Encoding.PEM))
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return ca_path, cert_path, key_path
