@@ -1,0 +1,141 @@
+"""Shared fixtures: real SDK peers (tests/peers) and a leak check run after every test.
+
+Peers (see tests/peers/FRAMES.md for what they put on the wire):
+
+- ``sdk_stdio_argv`` -> ``list[str]``: argv a client spawns (any cwd works; ``STDIO_CWD`` is the repo root).
+  Variants: ``sdk_stdio_argv_legacy``, ``sdk_stdio_argv_silent`` (legacy, never answers server/discover).
+- ``sdk_ws_peer`` / ``sdk_http_peer`` -> ``Peer``: a running ws/http peer, stopped after the test.
+  ``.url``, ``.stop()``, ``.kill()``, ``.restart()``. Variants: ``sdk_ws_peer_legacy``, ``sdk_http_peer_legacy``.
+
+Every peer fixture is parametrizable indirectly by era, or by a dict::
+
+    @pytest.mark.parametrize("sdk_ws_peer", ["both", "legacy"], indirect=True)
+    @pytest.mark.parametrize("sdk_http_peer", [{"era": "legacy", "extra_args": ["--event-store"]}], indirect=True)
+
+and extra server flags can also come from a marker:
+``@pytest.mark.peer_args("--refuse-subscribe", "file:///b.txt")``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    # `pytest` (unlike `python -m pytest`) does not put the repo root on sys.path,
+    # and tests/ has no __init__.py: make `tests.peers` importable either way.
+    sys.path.insert(0, str(ROOT))
+
+from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.path line above)
+
+STDIO_CWD = str(ROOT)
+THREAD_GRACE = 2.0  # seconds a test's threads get to finish after it
+ACTOR_STOP_TIMEOUT = 5.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "peer_args(*args): extra command-line flags for the SDK test peer")
+
+
+def _peer_options(request: pytest.FixtureRequest, default_era: str) -> tuple[str, list[str]]:
+    """Era and extra args from indirect parametrization (str era or dict) and the peer_args marker."""
+    era, extra = default_era, []
+    param: Any = getattr(request, "param", None)
+    if isinstance(param, str):
+        era = param
+    elif isinstance(param, dict):
+        era = param.get("era", default_era)
+        extra = list(param.get("extra_args", ()))
+    marker = request.node.get_closest_marker("peer_args")
+    if marker is not None:
+        extra += [str(a) for a in marker.args]
+    return era, extra
+
+
+@pytest.fixture
+def sdk_stdio_argv(request: pytest.FixtureRequest) -> list[str]:
+    era, extra = _peer_options(request, "both")
+    return peer_argv("stdio", era, extra_args=extra)
+
+
+@pytest.fixture
+def sdk_stdio_argv_legacy(request: pytest.FixtureRequest) -> list[str]:
+    _, extra = _peer_options(request, "legacy")
+    return peer_argv("stdio", "legacy", extra_args=extra)
+
+
+@pytest.fixture
+def sdk_stdio_argv_silent(request: pytest.FixtureRequest) -> list[str]:
+    _, extra = _peer_options(request, "legacy")
+    return peer_argv("stdio", "legacy", extra_args=["--silent-probe", *extra])
+
+
+def _running_peer(request: pytest.FixtureRequest, transport: str, default_era: str) -> Iterator[Peer]:
+    era, extra = _peer_options(request, default_era)
+    peer = Peer(transport, era, tuple(extra)).start()
+    try:
+        yield peer
+    finally:
+        peer.stop()
+
+
+@pytest.fixture
+def sdk_ws_peer(request: pytest.FixtureRequest) -> Iterator[Peer]:
+    yield from _running_peer(request, "ws", "both")
+
+
+@pytest.fixture
+def sdk_ws_peer_legacy(request: pytest.FixtureRequest) -> Iterator[Peer]:
+    yield from _running_peer(request, "ws", "legacy")
+
+
+@pytest.fixture
+def sdk_http_peer(request: pytest.FixtureRequest) -> Iterator[Peer]:
+    yield from _running_peer(request, "http", "both")
+
+
+@pytest.fixture
+def sdk_http_peer_legacy(request: pytest.FixtureRequest) -> Iterator[Peer]:
+    yield from _running_peer(request, "http", "legacy")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """After each test: stop every pykka actor, then fail if a non-daemon thread
+    the test started is still alive THREAD_GRACE seconds later."""
+    before = set(threading.enumerate())
+    yield
+    problems: list[str] = []
+    try:
+        import pykka
+    except ImportError:  # the library's dependency; absent only in odd environments
+        pykka = None  # type: ignore[assignment]
+    if pykka is not None:
+        try:
+            pykka.ActorRegistry.stop_all(block=True, timeout=ACTOR_STOP_TIMEOUT)
+        except pykka.Timeout:
+            problems.append(f"pykka actors did not stop within {ACTOR_STOP_TIMEOUT}s")
+    deadline = time.monotonic() + THREAD_GRACE
+    leaked = []
+    for thread in threading.enumerate():
+        if (
+            thread in before
+            or thread.daemon
+            or thread is threading.current_thread()
+            or thread.name.startswith("pytest_timeout")
+        ):
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            leaked.append(thread)
+    if leaked:
+        problems.append("threads still alive after the test: " + ", ".join(repr(t) for t in leaked))
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)

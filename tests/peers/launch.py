@@ -1,0 +1,198 @@
+"""Start and stop test peers (tests/peers/sdk_server.py) as subprocesses.
+
+``start_peer("ws" | "http")`` spawns a listening peer and waits for its
+``LISTENING <port>`` line; ``start_peer("stdio")`` spawns nothing (a stdio
+peer is spawned by the client under test) and only carries ``argv``/``cwd``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_SCRIPT = ROOT / "tests" / "peers" / "sdk_server.py"
+
+# A cold interpreter importing the SDK takes ~1s (more on a loaded box).
+READY_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+
+
+def peer_argv(
+    transport: str,
+    era: str = "both",
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The command line for a peer. Runs by script path, so any cwd works (cwd=ROOT is still fine)."""
+    argv = [sys.executable, str(SERVER_SCRIPT), "--transport", transport, "--era", era]
+    if port is not None:
+        argv += ["--port", str(port)]
+    return argv + list(extra_args)
+
+
+class PeerStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class Peer:
+    """A peer process (ws/http) or just the argv to spawn one (stdio)."""
+
+    transport: str
+    era: str = "both"
+    extra_args: tuple[str, ...] = ()
+    port: int | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def cwd(self) -> str:
+        return str(ROOT)
+
+    @property
+    def argv(self) -> list[str]:
+        # stdio: what a client should spawn. ws/http: how this peer was started.
+        return peer_argv(
+            self.transport,
+            self.era,
+            self.port if self.transport != "stdio" else None,
+            self.extra_args,
+        )
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError(f"{self.transport} peer has no port (not started?)")
+        if self.transport == "ws":
+            return f"ws://127.0.0.1:{self.port}/"
+        if self.transport == "http":
+            return f"http://127.0.0.1:{self.port}/mcp"
+        raise RuntimeError("a stdio peer has no url; spawn .argv instead")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = READY_TIMEOUT) -> Peer:
+        if self.transport == "stdio":
+            return self
+        if self.running:
+            raise RuntimeError("peer already running")
+        # Port 0 on first start; the same port on restart so reconnecting clients find it.
+        argv = peer_argv(self.transport, self.era, self.port or 0, self.extra_args)
+        # stderr is inherited: pytest's fd capture shows the peer's log with a failing test.
+        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        self.proc = proc
+        _LIVE.add(proc)
+        port = _wait_listening(proc, timeout)
+        if port is None:
+            self.kill()
+            raise PeerStartError(f"peer {argv} did not print LISTENING within {timeout}s (rc={proc.poll()})")
+        self.port = port
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM and wait (SIGKILL if it does not exit in time)."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        self._reap()
+
+    def kill(self) -> None:
+        """SIGKILL: an abrupt drop, no close frames, no final responses."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+        self._reap()
+
+    def restart(self, extra_args: Sequence[str] | None = None, timeout: float = READY_TIMEOUT) -> Peer:
+        """Stop if running, then start again on the same port (optionally with new extra args).
+
+        Server state (subscription counters, sessions) starts fresh.
+        """
+        self.stop()
+        if extra_args is not None:
+            self.extra_args = tuple(extra_args)
+        return self.start(timeout)
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            _LIVE.discard(self.proc)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# Safety net: a test run that dies early must not leave peers behind.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """Read stdout until `LISTENING <port>` (or EOF/timeout). Readline runs in a
+    helper thread so the wait itself is bounded."""
+    assert proc.stdout is not None
+    found: list[int] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            for raw in proc.stdout:  # type: ignore[union-attr]
+                line = raw.decode("utf-8", "replace").strip()
+                if line.startswith("LISTENING "):
+                    found.append(int(line.split()[1]))
+                    return
+        except (ValueError, OSError):
+            pass
+        finally:
+            done.set()
+
+    reader = threading.Thread(target=read, name="peer-listening-reader", daemon=True)
+    reader.start()
+    done.wait(timeout)
+    return found[0] if found else None
+
+
+def start_peer(transport: str, era: str = "both", extra_args: Sequence[str] = ()) -> Peer:
+    """Start a peer: ws/http wait until it listens; stdio only computes argv."""
+    if transport not in ("stdio", "ws", "http"):
+        raise ValueError(f"unknown transport {transport!r}")
+    if era not in ("both", "legacy"):
+        raise ValueError(f"unknown era {era!r}")
+    return Peer(transport, era, tuple(extra_args)).start()
+
+
+__all__ = ["ROOT", "SERVER_SCRIPT", "Peer", "PeerStartError", "peer_argv", "start_peer"]
