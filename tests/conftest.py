@@ -38,6 +38,9 @@ from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.pat
 STDIO_CWD = str(ROOT)
 THREAD_GRACE = 2.0  # seconds a test's threads get to finish after it
 ACTOR_STOP_TIMEOUT = 5.0
+# The library's threads are daemons (a forgotten client must not block exit), so they are
+# checked by name: everything a client starts must end once its actors are stopped.
+LIBRARY_THREAD_PREFIXES = ("exmcp-", "ClientActor-", "SubscriberProxy-", "RefcountWorker-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -108,8 +111,8 @@ def sdk_http_peer_legacy(request: pytest.FixtureRequest) -> Iterator[Peer]:
 
 @pytest.fixture(autouse=True)
 def no_leaked_threads() -> Iterator[None]:
-    """After each test: stop every pykka actor, then fail if a non-daemon thread
-    the test started is still alive THREAD_GRACE seconds later."""
+    """After each test: stop every pykka actor, then fail if a non-daemon thread, or a
+    thread of the library, that the test started is still alive THREAD_GRACE seconds later."""
     before = set(threading.enumerate())
     yield
     problems: list[str] = []
@@ -125,9 +128,10 @@ def no_leaked_threads() -> Iterator[None]:
     deadline = time.monotonic() + THREAD_GRACE
     leaked = []
     for thread in threading.enumerate():
+        ours = thread.name.startswith(LIBRARY_THREAD_PREFIXES)
         if (
             thread in before
-            or thread.daemon
+            or (thread.daemon and not ours)
             or thread is threading.current_thread()
             or thread.name.startswith("pytest_timeout")
         ):

@@ -15,6 +15,13 @@ from typing import Any, Protocol
 #: Frames larger than this many bytes are refused (logged and skipped).
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
+# Error answers a transport makes up for a request it could not complete, so the
+# request fails instead of hanging. Their ``data`` says why (see ``_http.py``).
+#: An HTTP failure, an unusable reply or a connection error.
+HTTP_ERROR = -32000
+#: A response stream ended without the response (``data.streamDropped``).
+STREAM_DROPPED = -32001
+
 
 @dataclass(frozen=True, slots=True)
 class InvalidFrame:
@@ -83,7 +90,7 @@ class Transport(abc.ABC):
         """
         return False
 
-    def negotiated(self, protocol_version: str, era: str) -> None:
+    def negotiated(self, protocol_version: str, era: str) -> None:  # noqa: B027 - optional hook
         """Told after the handshake; HTTP uses it for headers and the GET stream."""
 
     @abc.abstractmethod
