@@ -45,10 +45,7 @@ from ._messages import (
 from ._protocol._versions import LEGACY_VERSIONS, MODERN_VERSIONS
 from ._subscription import Subscription, Watch
 from ._transport._base import Transport
-try:
-    from ._transport._http import HttpTransport
-except ImportError:  # pragma: no cover - being written
-    HttpTransport = None  # type: ignore
+from ._transport._http import HttpTransport
 from ._transport._stdio import StdioTransport
 from ._transport._websocket import WebSocketTransport
 

@@ -58,13 +58,11 @@ from ._protocol._handshake import (
 from ._protocol._index import ListenerIndex
 from ._refcount import Release, Reset, Resubscribe, ResubscribeReport, error_term
 from ._subscriber import Deliver, LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy
-from ._transport._base import Frame, Transport
+from ._transport._base import STREAM_DROPPED, Frame, Transport
 
 logger = logging.getLogger("exmcp_actors")
 
 ACK_METHOD = "notifications/subscriptions/acknowledged"
-#: Synthesized by the HTTP transport when a listen's SSE stream ends without its result.
-STREAM_DROPPED = -32001
 #: Events held for a modern subscription that is not live yet (before its ack, during a resync).
 MAX_HELD_EVENTS = 10_000
 
@@ -251,6 +249,7 @@ class Entry:
     proxy: ProxyEntry
     target: Any
     state: str
+    alive: Callable[[], bool]
     # modern only
     listen_id: Any = None
     acknowledged: NotificationFilter | None = None
@@ -283,7 +282,7 @@ class Pending:
 class ConnectionSink:
     """The FrameSink of one connection: tags what it reads with the connection's generation."""
 
-    __slots__ = ("_tell", "_generation")
+    __slots__ = ("_generation", "_tell")
 
     def __init__(self, actor_ref: pykka.ActorRef[Any], generation: int) -> None:
         self._tell = actor_ref.tell
@@ -489,9 +488,7 @@ class ClientActor(pykka.ThreadingActor):
         for action in actions:
             if isinstance(action, SendFrame):
                 if action.request_id is not None:
-                    self.pending[action.request_id] = Pending(
-                        action.message["method"], callback=self._handshake_answer
-                    )
+                    self.pending[action.request_id] = Pending(action.message["method"], callback=self._handshake_answer)
                 if not self._send(action.message):
                     return
             elif isinstance(action, ArmProbeTimer):
@@ -506,9 +503,15 @@ class ClientActor(pykka.ThreadingActor):
             self._run_handshake(self.handshake.on_answer(answer))
 
     def _on_probe_timeout(self, message: ProbeTimeout) -> None:
-        if message.generation != self.generation or self.handshake is None or not self.handshake.owns(message.request_id):
+        if (
+            message.generation != self.generation
+            or self.handshake is None
+            or not self.handshake.owns(message.request_id)
+        ):
             return
-        logger.info("%s: no answer to server/discover in %.1fs; trying initialize", self.name, self.config.probe_timeout)
+        logger.info(
+            "%s: no answer to server/discover in %.1fs; trying initialize", self.name, self.config.probe_timeout
+        )
         self.pending.pop(message.request_id, None)
         self._run_handshake(self.handshake.probe_timed_out(message.request_id))
 
@@ -521,7 +524,7 @@ class ClientActor(pykka.ThreadingActor):
         self.shared.adopt(timer)
 
     def _timer_fired(self, message: Any) -> None:
-        self.timers.discard(threading.current_thread())  # type: ignore[arg-type]
+        self.timers.discard(threading.current_thread())
         self._tell_self(message)
 
     def _handshake_failed(self, error: ConnectError) -> None:
@@ -602,8 +605,9 @@ class ClientActor(pykka.ThreadingActor):
             for handle_id, entry in self.entries.items():
                 if entry.era == "legacy" and entry.state == "active":
                     self.loss_snapshot[handle_id] = None
-        for entry in self.entries.values():
-            if entry.era == "modern" and entry.state in ("live", "awaiting_ack"):
+        for entry in list(self.entries.values()):
+            if entry.era == "modern":
+                # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
                 self._begin_resync(entry, out)
         self._flush(out)
         self.attempts = 0
@@ -658,7 +662,9 @@ class ClientActor(pykka.ThreadingActor):
         else:
             future.set_exception(RequestError(msg.code, msg.message, msg.data))
 
-    def _on_notification(self, method: str, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _on_notification(
+        self, method: str, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]
+    ) -> None:
         meta = params.get("_meta")
         subscription_id = meta.get(META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
         if subscription_id is not None or method == ACK_METHOD:
@@ -747,10 +753,12 @@ class ClientActor(pykka.ThreadingActor):
                 self.watcher.watch(subscriber.key, subscriber.alive, ref)
         return proxy
 
-    def _add_entry(self, handle: Handle, kind: str, era: str, flt: NotificationFilter, subscriber: Subscriber, state: str) -> Entry:
+    def _add_entry(
+        self, handle: Handle, kind: str, era: str, flt: NotificationFilter, subscriber: Subscriber, state: str
+    ) -> Entry:
         proxy = self._proxy_for(subscriber)
         target = subscriber.target if subscriber.target is not None else handle._inbox
-        entry = Entry(handle, kind, era, flt, proxy, target, state)
+        entry = Entry(handle, kind, era, flt, proxy, target, state, subscriber.alive)
         self.entries[handle.id] = entry
         proxy.handle_ids.add(handle.id)
         return entry
@@ -763,7 +771,8 @@ class ClientActor(pykka.ThreadingActor):
 
     def _on_activate_listener(self, message: ActivateListener) -> None:
         entry = self.entries.get(message.listener_id)
-        if entry is None or entry.state == "dead":
+        # Asked directly too: the liveness watcher polls, and may not have noticed yet.
+        if entry is None or entry.state == "dead" or not entry.alive():
             self._forget_entry(message.listener_id)
             raise SubscriberNotAlive()
         if self.shared.status != "ready":
@@ -800,12 +809,13 @@ class ClientActor(pykka.ThreadingActor):
             self.worker.tell(Release(entry.handle.id))
 
     def _on_remove_handle(self, message: RemoveHandle) -> None:
+        """Remove a handle for its host. The host, not this actor, then asks the worker to
+        release its URIs, so unsubscribe returns once the wire is done and this actor never waits."""
         entry = self.entries.get(message.handle_id)
         if entry is None or entry.state in ("pending", "dead"):
             raise ListenerNotFound()
         if entry.era == "modern":
             self._cancel_subscription(entry)
-        self._release(entry)
         self._forget_entry(message.handle_id)
 
     def _on_subscriber_down(self, message: SubscriberDown) -> None:
@@ -828,7 +838,9 @@ class ClientActor(pykka.ThreadingActor):
             proxy.handle_ids.discard(handle_id)
             self._forget_entry(handle_id)
 
-    def _close_entry(self, entry: Entry, reason: Any, out: dict[ProxyEntry, list[tuple[Any, Any]]], *, release: bool) -> None:
+    def _close_entry(
+        self, entry: Entry, reason: Any, out: dict[ProxyEntry, list[tuple[Any, Any]]], *, release: bool
+    ) -> None:
         """Deliver the one closing message and forget the entry."""
         if release:
             self._release(entry)
@@ -858,7 +870,10 @@ class ClientActor(pykka.ThreadingActor):
             resubscribed = [u for u in uris if report is not None and u in report.resubscribed]
             failed = [(u, report.failed[u]) for u in uris if report is not None and u in report.failed]
             out.setdefault(entry.proxy, []).append(
-                (entry.target, m.Reconnected(m.RECONNECTED, entry.handle, {"resubscribed": resubscribed, "failed": failed}))
+                (
+                    entry.target,
+                    m.Reconnected(m.RECONNECTED, entry.handle, {"resubscribed": resubscribed, "failed": failed}),
+                )
             )
         self.loss_snapshot = {}
         self.paused = False
@@ -915,13 +930,16 @@ class ClientActor(pykka.ThreadingActor):
     def _acknowledged(self, entry: Entry, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
         ack = filter_from_wire(params.get("notifications"))
         if ack is None or not ack.is_within(entry.requested):
-            why = f"acknowledgment {params.get('notifications')!r} is wider than the request {entry.requested.as_dict()!r}"
+            acked = params.get("notifications")
+            why = f"acknowledgment {acked!r} is wider than the request {entry.requested.as_dict()!r}"
             if ack is None:
-                why = f"malformed acknowledgment {params.get('notifications')!r}"
+                why = f"malformed acknowledgment {acked!r}"
             logger.error("%s: %s; closing the subscription", self.name, why)
             self._cancel_subscription(entry)
             if entry.state == "awaiting_ack":
-                _fail(entry.ack_future, ProtocolError(why, reason=("invalid_acknowledgment", params.get("notifications"))))
+                _fail(
+                    entry.ack_future, ProtocolError(why, reason=("invalid_acknowledgment", params.get("notifications")))
+                )
                 self._forget_entry(entry.handle.id)
             else:
                 self._close_entry(entry, ("protocol_error", why), out, release=False)
@@ -955,7 +973,9 @@ class ClientActor(pykka.ThreadingActor):
             if ack is not None and _inside(ack, method, params):
                 out.setdefault(entry.proxy, []).append((entry.target, entry.event(method, _unstamped(params))))
 
-    def _listen_answered(self, entry: Entry, msg: rpc.Response | rpc.ErrorResponse, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _listen_answered(
+        self, entry: Entry, msg: rpc.Response | rpc.ErrorResponse, out: dict[ProxyEntry, list[tuple[Any, Any]]]
+    ) -> None:
         if isinstance(msg, rpc.Response):
             if entry.state == "awaiting_ack":
                 _fail(entry.ack_future, ProtocolError("the server ended the subscription before acknowledging it"))
@@ -963,13 +983,19 @@ class ClientActor(pykka.ThreadingActor):
                 return
             self._close_entry(entry, ("complete", msg.result), out, release=False)
             return
-        if msg.code == STREAM_DROPPED and isinstance(msg.data, dict) and msg.data.get("streamDropped"):
-            # HTTP: only this subscription's stream dropped; the connection is fine.
+        error = RequestError(msg.code, msg.message, msg.data)
+        if _is_transport_failure(msg) and entry.state != "awaiting_ack":
+            # HTTP: this subscription's stream dropped, or its re-listen could not reach the
+            # server. Not the server's answer: re-listen after a backoff (or on reconnect).
             self._begin_resync(entry, out)
             entry.relisten_attempts += 1
-            self._arm_timer(self.config.backoff.delay(entry.relisten_attempts), Relisten(entry.handle.id, self.generation))
+            if entry.relisten_attempts > self.config.max_reconnect_attempts:
+                self._close_entry(entry, ("reconnect_exhausted", error.as_term()), out, release=False)
+                return
+            self._arm_timer(
+                self.config.backoff.delay(entry.relisten_attempts), Relisten(entry.handle.id, self.generation)
+            )
             return
-        error = RequestError(msg.code, msg.message, msg.data)
         if entry.state == "awaiting_ack":
             _fail(entry.ack_future, error)
             self._forget_entry(entry.handle.id)
@@ -1008,7 +1034,10 @@ class ClientActor(pykka.ThreadingActor):
         listen_id = entry.listen_id
         fetch = self._snapshot_fetcher
         thread = threading.Thread(
-            target=self._run_snapshot, args=(fetch, entry.handle.id, listen_id, ack), name=f"exmcp-resync-{self.name}", daemon=True
+            target=self._run_snapshot,
+            args=(fetch, entry.handle.id, listen_id, ack),
+            name=f"exmcp-resync-{self.name}",
+            daemon=True,
         )
         thread.start()
         self.shared.adopt(thread)
@@ -1027,7 +1056,9 @@ class ClientActor(pykka.ThreadingActor):
             return  # stale: the subscription dropped again or was closed meanwhile
         out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
         state = ("complete", message.snapshot) if message.error is None else ("failed", message.error)
-        out.setdefault(entry.proxy, []).append((entry.target, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, state)))
+        out.setdefault(entry.proxy, []).append(
+            (entry.target, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, state))
+        )
         entry.state = "live"
         entry.relisten_attempts = 0
         self._release_held(entry, out)
@@ -1102,6 +1133,18 @@ class ClientActor(pykka.ThreadingActor):
         Disconnect: _on_disconnect,
         InspectClient: _on_inspect,
     }
+
+
+def _is_transport_failure(msg: rpc.ErrorResponse) -> bool:
+    """Whether an error answer was made up by the transport (a dropped stream, an unreachable
+    server, an HTTP 5xx) rather than sent by the server as its answer."""
+    data = msg.data
+    if not isinstance(data, dict):
+        return False
+    if msg.code == STREAM_DROPPED and data.get("streamDropped"):
+        return True
+    status = data.get("httpStatus")
+    return "transportError" in data or (isinstance(status, int) and status >= 500)
 
 
 def _inside(ack: NotificationFilter, method: str, params: dict[str, Any]) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import threading
 import logging
+import math
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -75,8 +76,9 @@ def make_transport(transport: Any) -> Transport:
 
 
 def _check_timeout(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    # NaN and infinity are refused too: every wait here must end.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
 
 
@@ -86,7 +88,14 @@ class Client:
     Create it with :func:`connect`. Every blocking call takes ``timeout=`` in seconds.
     """
 
-    def __init__(self, actor_ref: pykka.ActorRef[Any], shared: SharedState, ids: RequestBuilder, request_timeout: float, name: str) -> None:
+    def __init__(
+        self,
+        actor_ref: pykka.ActorRef[Any],
+        shared: SharedState,
+        ids: RequestBuilder,
+        request_timeout: float,
+        name: str,
+    ) -> None:
         self._ref = actor_ref
         self._shared = shared
         self._ids = ids
@@ -270,32 +279,38 @@ class Client:
             handle = Watch(handle_id, self, resolved.owner, flt, inbox, "legacy")
         else:
             handle = Listener(handle_id, self, resolved.owner, flt, inbox)
-        self._ask(RegisterListener(handle, kind, flt, resolved), wait)
-        if flt.uris:
-            worker = self._worker
-            assert worker is not None
-            try:
-                worker.ask(Acquire(handle_id, flt.uris, resolved.alive), timeout=max(0.0, deadline - time.monotonic()))
-            except pykka.Timeout:
-                # The acquisition may still complete: the release queued behind it undoes it.
-                worker.tell(Release(handle_id))
-                self._tell(AbandonListener(handle_id))
-                raise RequestTimeout(f"resources/subscribe did not finish within {wait}s") from None
-            except pykka.ActorDeadError:
-                raise NotConnected("the client is disconnected") from None
-            except BaseException:
-                self._tell(AbandonListener(handle_id))
-                raise
         try:
+            self._ask(RegisterListener(handle, kind, flt, resolved), wait)
+            if flt.uris:
+                self._acquire(handle_id, flt.uris, resolved.alive, deadline, wait)
             self._ask(ActivateListener(handle_id), max(0.1, deadline - time.monotonic()))
         except BaseException:
-            if flt.uris and self._worker is not None:
-                try:
-                    self._worker.tell(Release(handle_id))
-                except pykka.ActorDeadError:
-                    pass
+            # Whatever failed, and even if a timed-out ask is still queued: the abandon is queued
+            # behind it on the client, the release behind any acquisition on the worker, so
+            # nothing of this registration survives (both are no-ops when there is nothing left).
+            self._tell(AbandonListener(handle_id))
+            if flt.uris:
+                self._release_on_worker(handle_id)
             raise
         return handle
+
+    def _acquire(self, handle_id: Any, uris: tuple[str, ...], alive: Any, deadline: float, wait: float) -> None:
+        worker = self._worker
+        assert worker is not None
+        try:
+            worker.ask(Acquire(handle_id, uris, alive), timeout=max(0.0, deadline - time.monotonic()))
+        except pykka.Timeout:
+            raise RequestTimeout(f"resources/subscribe did not finish within {wait}s") from None
+        except pykka.ActorDeadError:
+            raise NotConnected("the client is disconnected") from None
+
+    def _release_on_worker(self, handle_id: Any) -> None:
+        """Queue a release: the worker drops exactly what this handle holds, if anything."""
+        if self._worker is not None:
+            try:
+                self._worker.tell(Release(handle_id))
+            except pykka.ActorDeadError:
+                pass
 
     def _tell(self, message: Any) -> None:
         try:
@@ -318,11 +333,24 @@ class Client:
             raise ValueError(f"{handle!r} belongs to another client")
         if not self._ref.is_alive():
             return  # a stopped client holds nothing: nothing to remove
+        wait = _check_timeout("timeout", timeout)
+        deadline = time.monotonic() + wait
         try:
-            self._ask(RemoveHandle(handle.id), _check_timeout("timeout", timeout))
+            self._ask(RemoveHandle(handle.id), wait)
         except NotConnected:
             return
+        except RequestTimeout:
+            # The removal is still queued and will happen; its URIs must go with it.
+            self._release_on_worker(handle.id)
+            raise
         handle._finish()
+        if self._worker is not None:
+            # Waits for the wire unsubscribe, so it is done when this returns; a handle that
+            # holds no URIs (categories only, or modern) makes this a no-op on the worker.
+            try:
+                self._worker.ask(Release(handle.id), timeout=max(0.0, deadline - time.monotonic()))
+            except (pykka.Timeout, pykka.ActorDeadError):
+                pass  # still queued on the worker, or the client stopped meanwhile
 
     # -- modern subscriptions --------------------------------------------------------------
 
@@ -466,7 +494,11 @@ def connect(
     """
     if protocol not in PROTOCOL_MODES:
         raise ValueError(f"protocol must be one of {PROTOCOL_MODES}, got {protocol!r}")
-    if isinstance(max_reconnect_attempts, bool) or not isinstance(max_reconnect_attempts, int) or max_reconnect_attempts < 1:
+    if (
+        isinstance(max_reconnect_attempts, bool)
+        or not isinstance(max_reconnect_attempts, int)
+        or max_reconnect_attempts < 1
+    ):
         raise ValueError(f"max_reconnect_attempts must be a positive integer, got {max_reconnect_attempts!r}")
     if backoff is not None and not isinstance(backoff, Backoff):
         raise TypeError(f"backoff must be a Backoff, got {type(backoff).__name__}")
@@ -501,5 +533,3 @@ def connect(
         error = shared.connect_error
         raise error if isinstance(error, ConnectError) else ConnectError(str(error))
     return client
-
-

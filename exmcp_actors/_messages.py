@@ -8,7 +8,7 @@ so both tuple patterns and attribute access work::
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 
 class Notification(NamedTuple):
@@ -70,12 +70,12 @@ class SubscriptionClosed(NamedTuple):
     reason: Any
 
 
-NOTIFICATION = "ex_mcp_notification"
-RECONNECTED = "ex_mcp_notification_reconnected"
-CLOSED = "ex_mcp_notification_closed"
-SUBSCRIPTION = "ex_mcp_subscription"
-SUBSCRIPTION_RESYNC = "ex_mcp_subscription_resync"
-SUBSCRIPTION_CLOSED = "ex_mcp_subscription_closed"
+NOTIFICATION: Final = "ex_mcp_notification"
+RECONNECTED: Final = "ex_mcp_notification_reconnected"
+CLOSED: Final = "ex_mcp_notification_closed"
+SUBSCRIPTION: Final = "ex_mcp_subscription"
+SUBSCRIPTION_RESYNC: Final = "ex_mcp_subscription_resync"
+SUBSCRIPTION_CLOSED: Final = "ex_mcp_subscription_closed"
 
 #: Tags after which a handle receives nothing more.
 FINAL_TAGS = frozenset((CLOSED, SUBSCRIPTION_CLOSED))

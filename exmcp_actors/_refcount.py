@@ -16,7 +16,7 @@ from typing import Any
 
 import pykka
 
-from ._errors import Error, RequestError, SubscribeFailed, SubscriberNotAlive
+from ._errors import Error, NotConnected, RequestError, SubscribeFailed, SubscriberNotAlive
 from ._protocol._refcount import RefcountBook
 
 logger = logging.getLogger("exmcp_actors")
@@ -130,6 +130,9 @@ class RefcountWorker(pykka.ThreadingActor):
             if self._book.drop(uri):
                 try:
                     self._request("resources/unsubscribe", {"uri": uri})
+                except NotConnected as error:
+                    # The session is gone or going: its subscriptions went with it.
+                    logger.info("resources/unsubscribe %s not sent: %s", uri, error)
                 except Error as error:
                     # The server keeps nothing we can fix from here; the count is already gone.
                     logger.warning("resources/unsubscribe %s failed: %s", uri, error)

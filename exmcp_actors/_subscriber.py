@@ -31,7 +31,7 @@ LIVENESS_INTERVAL = 0.05
 class Inbox:
     """An unbounded, thread-safe mailbox. A batch lands with one lock acquisition."""
 
-    __slots__ = ("_items", "_cond", "_finished")
+    __slots__ = ("_cond", "_finished", "_items")
 
     def __init__(self) -> None:
         self._items: deque[Any] = deque()
@@ -132,7 +132,7 @@ def resolve_subscriber(subscriber: Any) -> Subscriber:
     if isinstance(subscriber, pykka.ActorRef):
         return Subscriber(("actor", subscriber.actor_urn), subscriber, subscriber.is_alive, True, subscriber)
     put = getattr(subscriber, "put", None)
-    if callable(put):
+    if callable(put) and not isinstance(subscriber, type):  # a class (queue.Queue) is not a mailbox
         return Subscriber(("put", id(subscriber)), subscriber, _always_alive, False, subscriber)
     raise TypeError(
         "subscriber must be None (the calling thread), a threading.Thread, a pykka.ActorRef "

@@ -23,7 +23,9 @@ class Subscription(Handle):
     ``("failed", reason)``), then one :class:`~exmcp_actors.SubscriptionClosed`.
     """
 
-    def __init__(self, handle_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None) -> None:
+    def __init__(
+        self, handle_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None
+    ) -> None:
         super().__init__(handle_id, client, subscriber, inbox)
         self.requested_filter: dict[str, Any] = flt.as_dict()
         self.acknowledged_filter: dict[str, Any] | None = None
@@ -56,7 +58,9 @@ class Watch(Handle):
         era: the era of the peer when the watch was made.
     """
 
-    def __init__(self, handle_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None, era: str) -> None:
+    def __init__(
+        self, handle_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None, era: str
+    ) -> None:
         super().__init__(handle_id, client, subscriber, inbox)
         self._normalized = flt
         self.era = era

@@ -62,7 +62,12 @@ def test_task_ids_are_accepted_for_modern_peers() -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [{}, {"toolsListChanged": False}, {"toolsListChanged": False, "promptsListChanged": False, "resourcesListChanged": False}, {"resourceSubscriptions": []}],
+    [
+        {},
+        {"toolsListChanged": False},
+        {"toolsListChanged": False, "promptsListChanged": False, "resourcesListChanged": False},
+        {"resourceSubscriptions": []},
+    ],
 )
 def test_a_filter_that_enables_nothing_is_empty(raw: dict[str, object]) -> None:
     assert reason_of(raw) == "empty_subscription_filter"

@@ -44,7 +44,9 @@ def test_legacy_mode_sends_initialize_offering_the_latest_legacy_revision() -> N
 def test_any_legacy_answer_is_accepted_and_followed_by_initialized(version: str) -> None:
     machine, actions = started("legacy")
     request_id = sent(actions)[0]["id"]
-    result = machine.on_answer(Response(request_id, {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "s"}}))
+    result = machine.on_answer(
+        Response(request_id, {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "s"}})
+    )
     assert sent(result) == [{"jsonrpc": "2.0", "method": "notifications/initialized"}]
     done = outcome(result)
     assert isinstance(done, Negotiated)
@@ -62,7 +64,7 @@ def test_an_initialize_answer_in_a_revision_we_do_not_speak_fails_clearly(versio
 
 
 def test_auto_probes_with_server_discover_and_arms_its_own_timer() -> None:
-    machine, actions = started("auto")
+    _, actions = started("auto")
     [message] = sent(actions)
     assert message["method"] == "server/discover"
     meta = message["params"]["_meta"]
@@ -74,7 +76,14 @@ def test_auto_probes_with_server_discover_and_arms_its_own_timer() -> None:
 def test_a_discover_result_naming_2026_07_28_lands_modern() -> None:
     machine, actions = started("auto")
     result = machine.on_answer(
-        Response(sent(actions)[0]["id"], {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "m"}}})
+        Response(
+            sent(actions)[0]["id"],
+            {
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}},
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "m"}},
+            },
+        )
     )
     done = outcome(result)
     assert isinstance(done, Negotiated) and done.era == "modern" and done.server_info == {"name": "m"}
@@ -111,7 +120,13 @@ def test_auto_falls_back_when_the_probe_times_out() -> None:
 
 def test_a_version_error_naming_only_modern_versions_is_a_clear_connect_error() -> None:
     machine, actions = started("auto")
-    failure = outcome(machine.on_answer(ErrorResponse(sent(actions)[0]["id"], -32022, "unsupported", {"supported": ["2027-01-01"], "requested": "2026-07-28"})))
+    failure = outcome(
+        machine.on_answer(
+            ErrorResponse(
+                sent(actions)[0]["id"], -32022, "unsupported", {"supported": ["2027-01-01"], "requested": "2026-07-28"}
+            )
+        )
+    )
     assert isinstance(failure, Failed)
     assert "2027-01-01" in str(failure.error)
 
@@ -121,7 +136,9 @@ def test_modern_mode_refuses_a_legacy_server_instead_of_falling_back() -> None:
     failure = outcome(machine.on_answer(ErrorResponse(sent(actions)[0]["id"], -32601, "Method not found")))
     assert isinstance(failure, Failed)
     machine, actions = started("modern")
-    failure = outcome(machine.on_answer(ErrorResponse(sent(actions)[0]["id"], -32022, "unsupported", {"supported": ["2025-11-25"]})))
+    failure = outcome(
+        machine.on_answer(ErrorResponse(sent(actions)[0]["id"], -32022, "unsupported", {"supported": ["2025-11-25"]}))
+    )
     assert isinstance(failure, Failed) and "2025-11-25" in str(failure.error)
     machine, actions = started("modern")
     assert isinstance(outcome(machine.probe_timed_out(sent(actions)[0]["id"])), Failed)
@@ -133,7 +150,9 @@ def test_a_late_probe_that_locked_the_peer_modern_triggers_one_reprobe() -> None
     reprobe = machine.on_answer(ErrorResponse(initialize["id"], -32022, "locked modern", {"supported": ["2026-07-28"]}))
     assert [m["method"] for m in sent(reprobe)] == ["server/discover"]
     second_initialize = sent(machine.probe_timed_out(sent(reprobe)[0]["id"]))[0]
-    failure = outcome(machine.on_answer(ErrorResponse(second_initialize["id"], -32022, "again", {"supported": ["2026-07-28"]})))
+    failure = outcome(
+        machine.on_answer(ErrorResponse(second_initialize["id"], -32022, "again", {"supported": ["2026-07-28"]}))
+    )
     assert isinstance(failure, Failed)
 
 

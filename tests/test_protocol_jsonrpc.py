@@ -12,9 +12,13 @@ from exmcp_actors._transport._base import InvalidFrame
 
 def test_responses_errors_requests_and_notifications_are_told_apart() -> None:
     assert rpc.classify({"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}) == rpc.Response(1, {"a": 1})
-    assert rpc.classify({"jsonrpc": "2.0", "id": "x", "error": {"code": -32601, "message": "nope", "data": [1]}}) == rpc.ErrorResponse("x", -32601, "nope", [1])
+    assert rpc.classify(
+        {"jsonrpc": "2.0", "id": "x", "error": {"code": -32601, "message": "nope", "data": [1]}}
+    ) == rpc.ErrorResponse("x", -32601, "nope", [1])
     assert rpc.classify({"jsonrpc": "2.0", "id": 7, "method": "ping"}) == rpc.ServerRequest(7, "ping", None)
-    assert rpc.classify({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) == rpc.Notification("notifications/tools/list_changed", None)
+    assert rpc.classify({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) == rpc.Notification(
+        "notifications/tools/list_changed", None
+    )
 
 
 @pytest.mark.parametrize(

@@ -88,3 +88,27 @@ def test_the_index_matches_by_uri_and_category_in_registration_order() -> None:
     assert len(index) == 2 and 2 in index and 1 not in index
     with pytest.raises(ValueError):
         index.add(2, normalize_filter({"toolsListChanged": True}), "again")
+
+
+class _NoScan(dict):  # type: ignore[type-arg]
+    """A dict that refuses whole-table scans, to prove dispatch never walks every listener."""
+
+    def values(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("dispatch scanned every listener")
+
+    def items(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("dispatch scanned every listener")
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("dispatch scanned every listener")
+
+
+def test_dispatch_touches_only_the_matching_listeners_not_all_of_them() -> None:
+    index: ListenerIndex[int] = ListenerIndex()
+    for number in range(10_000):
+        index.add(number, normalize_filter({"resourceSubscriptions": [f"file:///{number}"]}), number)
+    index._filters = _NoScan(index._filters)  # type: ignore[assignment]
+    index._by_uri = _NoScan(index._by_uri)  # type: ignore[assignment]
+    index._by_category = _NoScan(index._by_category)  # type: ignore[assignment]
+    assert index.match("notifications/resources/updated", {"uri": "file:///4242"}) == [4242]
+    assert index.match("notifications/tools/list_changed", {}) == []

@@ -76,9 +76,7 @@ class NotificationFilter:
             return False
         if not set(self.uris) <= set(other.uris):
             return False
-        if self.task_ids is not None and (other.task_ids is None or not set(self.task_ids) <= set(other.task_ids)):
-            return False
-        return True
+        return self.task_ids is None or (other.task_ids is not None and set(self.task_ids) <= set(other.task_ids))
 
 
 def _dedupe(items: list[str]) -> tuple[str, ...]:
@@ -156,7 +154,4 @@ def filter_from_wire(raw: Any) -> NotificationFilter | None:
 
 def uri_within(uri: str, subscribed: tuple[str, ...]) -> bool:
     """Modern matching: a resources/updated uri may be a sub-resource of a subscribed one."""
-    for base in subscribed:
-        if uri == base or uri.startswith(base.rstrip("/") + "/"):
-            return True
-    return False
+    return any(uri == base or uri.startswith(base.rstrip("/") + "/") for base in subscribed)

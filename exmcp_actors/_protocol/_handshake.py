@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from .._errors import ConnectError
 from ._jsonrpc import UNSUPPORTED_VERSION, ErrorResponse, RequestBuilder, Response, notification
@@ -75,7 +75,7 @@ class Failed:
     error: ConnectError
 
 
-Action = Union[SendFrame, ArmProbeTimer, Negotiated, Failed]
+Action = SendFrame | ArmProbeTimer | Negotiated | Failed
 
 
 def modern_meta(client_info: dict[str, Any]) -> dict[str, Any]:

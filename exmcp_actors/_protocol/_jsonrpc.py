@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import jsonrpcclient
 
@@ -69,7 +69,7 @@ class Invalid:
     frame: Any = None
 
 
-Incoming = Union[Response, ErrorResponse, ServerRequest, Notification, Invalid]
+Incoming = Response | ErrorResponse | ServerRequest | Notification | Invalid
 
 
 def _is_id(value: Any) -> bool:
@@ -109,6 +109,7 @@ def classify(frame: Any) -> Incoming:
     if not _is_id(frame["id"]):
         return Invalid("a response id must be a string or an integer", frame)
     parsed = jsonrpcclient.parse(frame)
+    assert isinstance(parsed, jsonrpcclient.Ok)  # classified above: a single success response
     return Response(parsed.id, parsed.result)
 
 
@@ -118,7 +119,11 @@ def _error_response(frame: dict[str, Any]) -> Incoming:
         return Invalid("an error response needs an error object with an integer code", frame)
     message = error.get("message")
     parsed = jsonrpcclient.parse(
-        {"jsonrpc": JSONRPC, "id": frame["id"], "error": {**error, "message": message if isinstance(message, str) else ""}}
+        {
+            "jsonrpc": JSONRPC,
+            "id": frame["id"],
+            "error": {**error, "message": message if isinstance(message, str) else ""},
+        }
     )
     assert isinstance(parsed, jsonrpcclient.Error)
     return ErrorResponse(parsed.id, parsed.code, parsed.message, parsed.data)
