@@ -57,10 +57,11 @@ from ._protocol._handshake import (
 )
 from ._protocol._index import ListenerIndex
 from ._refcount import Release, Reset, Resubscribe, ResubscribeReport, error_term
-from ._subscriber import Deliver, LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy
+from ._subscriber import Deliver, Inbox, LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy, land
 from ._transport._base import STREAM_DROPPED, Frame, Transport
 
 logger = logging.getLogger("exmcp_actors")
+_new_tuple = tuple.__new__
 
 ACK_METHOD = "notifications/subscriptions/acknowledged"
 #: Events held for a modern subscription that is not live yet (before its ack, during a resync).
@@ -238,6 +239,12 @@ class ProxyEntry:
     handle_ids: set[Any] = field(default_factory=set)
 
 
+#: What a handler produces: messages per route, in order. A route is an Inbox (the client
+#: actor lands it itself: inboxes never block) or the ProxyEntry of an actor or ``put()``
+#: subscriber (its proxy delivers, so a slow ``put()`` stalls only that subscriber).
+Outbox = dict[Any, list[Any]]
+
+
 @dataclass(eq=False)
 class Entry:
     """One listener, subscription or watch as the actor sees it."""
@@ -247,7 +254,8 @@ class Entry:
     era: str  # "legacy" | "modern"
     requested: NotificationFilter
     proxy: ProxyEntry
-    target: Any
+    #: Where its messages go: its own Inbox, or its subscriber's ProxyEntry.
+    route: Any
     state: str
     alive: Callable[[], bool]
     # modern only
@@ -260,9 +268,10 @@ class Entry:
     # Message construction: subscriptions speak their own vocabulary; listeners and
     # watches speak the legacy one, whatever the era, so watch() never branches.
     def event(self, method: str, params: dict[str, Any]) -> Any:
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per delivery.
         if self.kind == "subscription":
-            return m.SubscriptionEvent(m.SUBSCRIPTION, self.handle, method, params)
-        return m.Notification(m.NOTIFICATION, self.handle, method, params)
+            return _new_tuple(m.SubscriptionEvent, (m.SUBSCRIPTION, self.handle, method, params))
+        return _new_tuple(m.Notification, (m.NOTIFICATION, self.handle, method, params))
 
     def closed(self, reason: Any) -> Any:
         if self.kind == "subscription":
@@ -385,7 +394,7 @@ class ClientActor(pykka.ThreadingActor):
             self.shared.connect_error = ConnectError(f"the client stopped while connecting: {reason!r}")
         self.shared.ready.set()
         self._fail_pending(NotConnected("the client stopped"))
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
         for entry in list(self.entries.values()):
             self._close_entry(entry, reason, out, release=False)
         self._flush(out)
@@ -557,7 +566,7 @@ class ClientActor(pykka.ThreadingActor):
         if first:
             self.shared.ready.set()
             return
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
         if previous_era != result.era:
             self._era_changed(result.era, out)
         if result.era == "legacy":
@@ -570,7 +579,7 @@ class ClientActor(pykka.ThreadingActor):
                     self._send_listen(entry)
         self._flush(out)
 
-    def _era_changed(self, era: str, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _era_changed(self, era: str, out: Outbox) -> None:
         logger.warning("%s: the peer now speaks the %s era", self.name, era)
         if era == "modern" and self.worker is not None:
             # The legacy session and its subscriptions are gone with the old connection.
@@ -594,7 +603,7 @@ class ClientActor(pykka.ThreadingActor):
         if not self.connected_once:
             self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
             return
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
         if not self.config.reconnect:
             self.closing_reason = ("transport_closed", message.reason)
             self.actor_ref.stop(block=False)
@@ -616,15 +625,29 @@ class ClientActor(pykka.ThreadingActor):
     def _on_frames(self, message: Frames) -> None:
         if message.generation != self.generation:
             return
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
+        on_notification, dispatch = self._on_notification, self._dispatch
         for frame in message.frames:
             try:
+                # Notifications are nearly all of the traffic: they skip the full classification,
+                # and plain ones (no _meta, not paused) go straight to the listeners.
+                if type(frame) is dict and "id" not in frame and frame.get("jsonrpc") == "2.0":
+                    method = frame.get("method")
+                    params = frame.get("params")
+                    if params is None:
+                        params = {}
+                    if type(method) is str and type(params) is dict:
+                        if "_meta" in params or self.paused or method == ACK_METHOD:
+                            on_notification(method, params, out)
+                        else:
+                            dispatch(method, params, out)
+                        continue
                 self._handle_frame(frame, out)
             except Exception:  # one bad frame must never take the client down
                 logger.exception("%s: failed to handle frame %.200r", self.name, frame)
         self._flush(out)
 
-    def _handle_frame(self, frame: Frame, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _handle_frame(self, frame: Frame, out: Outbox) -> None:
         msg = rpc.classify(frame)
         if isinstance(msg, rpc.Notification):
             self._on_notification(msg.method, msg.params if isinstance(msg.params, dict) else {}, out)
@@ -642,7 +665,7 @@ class ClientActor(pykka.ThreadingActor):
             logger.info("%s: server request %r is not supported; answering -32601", self.name, msg.method)
             self._send(rpc.error_frame(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"))
 
-    def _on_answer(self, msg: rpc.Response | rpc.ErrorResponse, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _on_answer(self, msg: rpc.Response | rpc.ErrorResponse, out: Outbox) -> None:
         entry = self.by_listen_id.get(msg.id)
         if entry is not None:
             self._listen_answered(entry, msg, out)
@@ -662,31 +685,38 @@ class ClientActor(pykka.ThreadingActor):
         else:
             future.set_exception(RequestError(msg.code, msg.message, msg.data))
 
-    def _on_notification(
-        self, method: str, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]
-    ) -> None:
+    def _on_notification(self, method: str, params: dict[str, Any], out: Outbox) -> None:
         meta = params.get("_meta")
-        subscription_id = meta.get(META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
-        if subscription_id is not None or method == ACK_METHOD:
-            # Stamped events belong to modern subscriptions only, never to legacy listeners.
-            self._on_subscription_frame(subscription_id, method, params, out)
-            return
-        if method not in FILTERABLE_METHODS:
-            logger.debug("%s: notification %s (not for listeners)", self.name, method)
-            return
+        if meta is not None or method == ACK_METHOD:
+            subscription_id = meta.get(META_SUBSCRIPTION_ID) if type(meta) is dict else None
+            if subscription_id is not None or method == ACK_METHOD:
+                # Stamped events belong to modern subscriptions only, never to legacy listeners.
+                self._on_subscription_frame(subscription_id, method, params, out)
+                return
         if self.paused:
-            self.held.append((method, params))
+            if method in FILTERABLE_METHODS:
+                self.held.append((method, params))
             return
         self._dispatch(method, params, out)
 
-    def _dispatch(self, method: str, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
-        for entry in self.index.match(method, params):
-            out.setdefault(entry.proxy, []).append((entry.target, entry.event(method, params)))
+    def _dispatch(self, method: str, params: dict[str, Any], out: Outbox) -> None:
+        """Hand a legacy notification to the listeners the index says it reaches."""
+        for entry in self.index.reached(method, params):
+            items = out.get(entry.route)
+            if items is None:
+                items = out[entry.route] = []
+            # Indexed entries are legacy listeners and watches: always a Notification.
+            items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
 
-    def _flush(self, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
-        for proxy, items in out.items():
+    def _flush(self, out: Outbox) -> None:
+        """Deliver what a handler produced: one batch per route, in order."""
+        for route, messages in out.items():
+            if type(route) is Inbox:
+                # Inboxes never block: land them from here and save a thread hop per batch.
+                land(route, messages)
+                continue
             try:
-                proxy.ref.tell(Deliver(items))
+                route.ref.tell(Deliver(messages))
             except pykka.ActorDeadError:
                 pass  # its SubscriberDown is on the way
         out.clear()
@@ -746,7 +776,9 @@ class ClientActor(pykka.ThreadingActor):
     def _proxy_for(self, subscriber: Subscriber) -> ProxyEntry:
         proxy = self.proxies.get(subscriber.key)
         if proxy is None:
-            ref = SubscriberProxy.start(subscriber.key, self.actor_ref, self.shared.adopt_current_thread)
+            ref = SubscriberProxy.start(
+                subscriber.key, subscriber.target, self.actor_ref, self.shared.adopt_current_thread
+            )
             proxy = ProxyEntry(subscriber.key, ref)
             self.proxies[subscriber.key] = proxy
             if subscriber.watched:
@@ -757,8 +789,8 @@ class ClientActor(pykka.ThreadingActor):
         self, handle: Handle, kind: str, era: str, flt: NotificationFilter, subscriber: Subscriber, state: str
     ) -> Entry:
         proxy = self._proxy_for(subscriber)
-        target = subscriber.target if subscriber.target is not None else handle._inbox
-        entry = Entry(handle, kind, era, flt, proxy, target, state, subscriber.alive)
+        route = proxy if subscriber.target is not None else handle._inbox
+        entry = Entry(handle, kind, era, flt, proxy, route, state, subscriber.alive)
         self.entries[handle.id] = entry
         proxy.handle_ids.add(handle.id)
         return entry
@@ -838,14 +870,12 @@ class ClientActor(pykka.ThreadingActor):
             proxy.handle_ids.discard(handle_id)
             self._forget_entry(handle_id)
 
-    def _close_entry(
-        self, entry: Entry, reason: Any, out: dict[ProxyEntry, list[tuple[Any, Any]]], *, release: bool
-    ) -> None:
+    def _close_entry(self, entry: Entry, reason: Any, out: Outbox, *, release: bool) -> None:
         """Deliver the one closing message and forget the entry."""
         if release:
             self._release(entry)
         if entry.state not in ("pending", "dead", "awaiting_ack"):
-            out.setdefault(entry.proxy, []).append((entry.target, entry.closed(reason)))
+            _emit(out, entry, entry.closed(reason))
         if entry.ack_future is not None:
             _fail(entry.ack_future, NotConnected(f"closed: {reason!r}"))
         self._forget_entry(entry.handle.id)
@@ -854,13 +884,11 @@ class ClientActor(pykka.ThreadingActor):
         if report.generation != self.generation or self.shared.status != "ready":
             logger.debug("%s: discarding a stale resubscribe report", self.name)
             return
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
         self._resume_after_legacy_pause(out, report)
         self._flush(out)
 
-    def _resume_after_legacy_pause(
-        self, out: dict[ProxyEntry, list[tuple[Any, Any]]], report: ResubscribeReport | None = None
-    ) -> None:
+    def _resume_after_legacy_pause(self, out: Outbox, report: ResubscribeReport | None = None) -> None:
         """Tell every listener that existed at the loss, then release what was held, in order."""
         for handle_id in self.loss_snapshot:
             entry = self.entries.get(handle_id)
@@ -869,11 +897,10 @@ class ClientActor(pykka.ThreadingActor):
             uris = entry.requested.uris
             resubscribed = [u for u in uris if report is not None and u in report.resubscribed]
             failed = [(u, report.failed[u]) for u in uris if report is not None and u in report.failed]
-            out.setdefault(entry.proxy, []).append(
-                (
-                    entry.target,
-                    m.Reconnected(m.RECONNECTED, entry.handle, {"resubscribed": resubscribed, "failed": failed}),
-                )
+            _emit(
+                out,
+                entry,
+                m.Reconnected(m.RECONNECTED, entry.handle, {"resubscribed": resubscribed, "failed": failed}),
             )
         self.loss_snapshot = {}
         self.paused = False
@@ -903,9 +930,7 @@ class ClientActor(pykka.ThreadingActor):
         params = with_modern_meta({"notifications": entry.requested.as_dict()}, self.config.client_info)
         self._send(rpc.RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
 
-    def _on_subscription_frame(
-        self, subscription_id: Any, method: str, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]
-    ) -> None:
+    def _on_subscription_frame(self, subscription_id: Any, method: str, params: dict[str, Any], out: Outbox) -> None:
         entry = self.by_listen_id.get(subscription_id)
         if entry is None:
             logger.warning("%s: %s for unknown subscription id %r skipped", self.name, method, subscription_id)
@@ -923,11 +948,11 @@ class ClientActor(pykka.ThreadingActor):
                 logger.warning("%s: too many events held for %r; dropping", self.name, entry.handle)
             return
         if _inside(entry.acknowledged, method, params):
-            out.setdefault(entry.proxy, []).append((entry.target, entry.event(method, _unstamped(params))))
+            _emit(out, entry, entry.event(method, _unstamped(params)))
         else:
             logger.info("%s: event %s outside the acknowledged filter of %r dropped", self.name, method, entry.handle)
 
-    def _acknowledged(self, entry: Entry, params: dict[str, Any], out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _acknowledged(self, entry: Entry, params: dict[str, Any], out: Outbox) -> None:
         ack = filter_from_wire(params.get("notifications"))
         if ack is None or not ack.is_within(entry.requested):
             acked = params.get("notifications")
@@ -959,23 +984,21 @@ class ClientActor(pykka.ThreadingActor):
         if entry.kind == "watch":
             # A watch has no snapshot: the re-listen reports like a legacy reconnect.
             report = {"resubscribed": list(ack.uris), "failed": []}
-            out.setdefault(entry.proxy, []).append((entry.target, m.Reconnected(m.RECONNECTED, handle, report)))
+            _emit(out, entry, m.Reconnected(m.RECONNECTED, handle, report))
             entry.state = "live"
             self._release_held(entry, out)
             return
         entry.state = "resyncing"
         self._fetch_snapshot(entry)
 
-    def _release_held(self, entry: Entry, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _release_held(self, entry: Entry, out: Outbox) -> None:
         held, entry.held = entry.held, []
         ack = entry.acknowledged
         for method, params in held:
             if ack is not None and _inside(ack, method, params):
-                out.setdefault(entry.proxy, []).append((entry.target, entry.event(method, _unstamped(params))))
+                _emit(out, entry, entry.event(method, _unstamped(params)))
 
-    def _listen_answered(
-        self, entry: Entry, msg: rpc.Response | rpc.ErrorResponse, out: dict[ProxyEntry, list[tuple[Any, Any]]]
-    ) -> None:
+    def _listen_answered(self, entry: Entry, msg: rpc.Response | rpc.ErrorResponse, out: Outbox) -> None:
         if isinstance(msg, rpc.Response):
             if entry.state == "awaiting_ack":
                 _fail(entry.ack_future, ProtocolError("the server ended the subscription before acknowledging it"))
@@ -1001,21 +1024,17 @@ class ClientActor(pykka.ThreadingActor):
             self._forget_entry(entry.handle.id)
             return
         if entry.state in ("resyncing", "relistening") and entry.kind == "subscription":
-            out.setdefault(entry.proxy, []).append(
-                (entry.target, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
-            )
+            _emit(out, entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
         self._close_entry(entry, ("error", error.as_term()), out, release=False)
 
-    def _begin_resync(self, entry: Entry, out: dict[ProxyEntry, list[tuple[Any, Any]]]) -> None:
+    def _begin_resync(self, entry: Entry, out: Outbox) -> None:
         if entry.state == "awaiting_ack":
             # Never acknowledged: the listen() call is still waiting; fail it.
             _fail(entry.ack_future, ConnectionLost("the connection was lost before the acknowledgment"))
             self._forget_entry(entry.handle.id)
             return
         if entry.state == "live" and entry.kind == "subscription":
-            out.setdefault(entry.proxy, []).append(
-                (entry.target, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, "started"))
-            )
+            _emit(out, entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, "started"))
         entry.state = "relistening"
         if entry.listen_id is not None:
             self.by_listen_id.pop(entry.listen_id, None)
@@ -1054,11 +1073,9 @@ class ClientActor(pykka.ThreadingActor):
         entry = self.entries.get(message.handle_id)
         if entry is None or entry.listen_id != message.listen_id or entry.state != "resyncing":
             return  # stale: the subscription dropped again or was closed meanwhile
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
         state = ("complete", message.snapshot) if message.error is None else ("failed", message.error)
-        out.setdefault(entry.proxy, []).append(
-            (entry.target, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, state))
-        )
+        _emit(out, entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, state))
         entry.state = "live"
         entry.relisten_attempts = 0
         self._release_held(entry, out)
@@ -1074,7 +1091,7 @@ class ClientActor(pykka.ThreadingActor):
         entry = self.entries.get(message.handle_id)
         if entry is None:
             raise ListenerNotFound()
-        out: dict[ProxyEntry, list[tuple[Any, Any]]] = {}
+        out: Outbox = {}
         self._cancel_subscription(entry)
         if message.reason is None:
             _fail(entry.ack_future, ListenerNotFound("cancelled before the acknowledgment"))
@@ -1133,6 +1150,14 @@ class ClientActor(pykka.ThreadingActor):
         Disconnect: _on_disconnect,
         InspectClient: _on_inspect,
     }
+
+
+def _emit(out: Outbox, entry: Entry, message: Any) -> None:
+    """Queue one message for an entry's subscriber; the handler flushes ``out`` at its end."""
+    items = out.get(entry.route)
+    if items is None:
+        items = out[entry.route] = []
+    items.append(message)
 
 
 def _is_transport_failure(msg: rpc.ErrorResponse) -> bool:

@@ -142,12 +142,9 @@ def resolve_subscriber(subscriber: Any) -> Subscriber:
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Proxy message: deliver ``(target, message)`` pairs in order.
+    """Proxy message: deliver these messages to the subscriber, in order."""
 
-    A target is an :class:`Inbox`, a ``pykka.ActorRef`` (``tell``) or an object with ``put``.
-    """
-
-    items: list[tuple[Any, Any]]
+    messages: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,48 +160,27 @@ class SubscriberDown:
     proxy_urn: str
 
 
-def _land(inbox: Inbox, run: list[Any]) -> None:
-    inbox.put_many(run)
-    if run[-1][0] in FINAL_TAGS:
+def land(inbox: Inbox, messages: list[Any]) -> None:
+    """Put a batch in an inbox; after a closing message, the inbox is finished."""
+    inbox.put_many(messages)
+    if messages[-1][0] in FINAL_TAGS:
         inbox.finish()  # the closing message is the last: iteration and get() end after it
 
 
-def deliver_items(items: list[tuple[Any, Any]]) -> bool:
-    """Hand each message to its target; False when an actor target turned out dead."""
-    run_target: Any = None
-    run: list[Any] = []
-    for target, message in items:
-        if type(target) is Inbox:
-            # Consecutive messages for one inbox land in one batch.
-            if target is not run_target:
-                if run:
-                    _land(run_target, run)
-                run_target, run = target, []
-            run.append(message)
-            continue
-        if run:
-            _land(run_target, run)
-            run_target, run = None, []
-        if isinstance(target, pykka.ActorRef):
-            try:
-                target.tell(message)
-            except pykka.ActorDeadError:
-                return False
-        else:
-            target.put(message)
-    if run:
-        _land(run_target, run)
-    return True
-
-
 class SubscriberProxy(pykka.ThreadingActor):
-    """Delivers one subscriber's messages in order and reports its death to the client."""
+    """One per subscriber: reports the subscriber's death to the client (its stop hook),
+    and delivers in order to an actor (``tell``) or a ``put()`` object.
+
+    Inbox subscribers (threads) get their messages from the client actor directly, since an
+    inbox never blocks; their proxy is there for the stop hook.
+    """
 
     use_daemon_thread = True
 
-    def __init__(self, key: Any, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
+    def __init__(self, key: Any, target: Any, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
         super().__init__()
         self._key = key
+        self._target = target
         self._client_ref = client_ref
         self._on_thread = on_thread
 
@@ -213,11 +189,25 @@ class SubscriberProxy(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Deliver):
-            if not deliver_items(message.items):
+            if not self._deliver(message.messages):
                 self.stop()
         elif isinstance(message, SubscriberGone):
             self.stop()
         return None
+
+    def _deliver(self, messages: list[Any]) -> bool:
+        """False when the target actor turned out dead."""
+        target = self._target
+        if isinstance(target, pykka.ActorRef):
+            try:
+                for message in messages:
+                    target.tell(message)
+            except pykka.ActorDeadError:
+                return False
+        else:
+            for message in messages:
+                target.put(message)
+        return True
 
     def _report_down(self) -> None:
         try:

@@ -31,8 +31,9 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors import _subscriber
-from exmcp_actors._actor import ClientActor, Entry, Frames, InspectClient
+from exmcp_actors._actor import ClientActor, Frames, InspectClient
 from exmcp_actors._protocol._filters import NotificationFilter
+from exmcp_actors._protocol._index import ListenerIndex
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
 
 TIMEOUT = 5.0
@@ -874,28 +875,30 @@ def test_dispatch_cost_grows_with_matching_listeners_not_with_all_listeners(
     for i in range(200):
         client.subscribe_notifications({"resourceSubscriptions": [f"file:///bystander/{i}"]}, subscriber=bystanders)
 
-    # Count the work per notification instead of timing it: how many listeners are looked at
-    # one by one (a filter test each) and how many messages are built.
+    # Count the work per notification instead of timing it: every notification is routed
+    # through the index (which hands back only the listeners it reaches), and no listener
+    # is tested one by one against its filter.
     looked_at = itertools.count()
-    built = itertools.count()
-    real_enables, real_event = NotificationFilter.enables, Entry.event
+    reached_sizes: list[int] = []
+    real_enables, real_reached = NotificationFilter.enables, ListenerIndex.reached
 
     def counting_enables(self: NotificationFilter, method: str, params: Any) -> bool:
         next(looked_at)
         return real_enables(self, method, params)
 
-    def counting_event(self: Entry, method: str, params: dict[str, Any]) -> Any:
-        next(built)
-        return real_event(self, method, params)
+    def counting_reached(self: ListenerIndex[Any], method: str, params: Any) -> Any:
+        found = list(real_reached(self, method, params))
+        reached_sizes.append(len(found))
+        return found
 
     monkeypatch.setattr(NotificationFilter, "enables", counting_enables)
-    monkeypatch.setattr(Entry, "event", counting_event)
+    monkeypatch.setattr(ListenerIndex, "reached", counting_reached)
     burst = 400
     server.send_batch([notification(TOOLS_CHANGED if i % 2 else UPDATED, {"uri": A, "i": i}) for i in range(burst)])
     for _ in range(burst):
         sink.get(timeout=TIMEOUT)
-    assert next(built) == burst  # one message per matching listener, none for 4,200 bystanders
-    assert next(looked_at) == 0  # the index finds them: no listener is tested one by one
+    assert reached_sizes == [1] * burst  # one matching listener each, none of the 4,200 bystanders
+    assert next(looked_at) == 0
     assert bystanders.empty()
 
 

@@ -11,6 +11,10 @@ from exmcp_actors._transport._base import InvalidFrame
 
 
 def test_responses_errors_requests_and_notifications_are_told_apart() -> None:
+    assert type(rpc.classify({"jsonrpc": "2.0", "id": 1, "result": {}})) is rpc.Response
+    assert type(rpc.classify({"jsonrpc": "2.0", "method": "m"})) is rpc.Notification
+    assert type(rpc.classify({"jsonrpc": "2.0", "method": "m", "params": [1]})) is rpc.Notification
+    assert type(rpc.classify({"jsonrpc": "2.0", "id": 1, "method": "m"})) is rpc.ServerRequest
     assert rpc.classify({"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}) == rpc.Response(1, {"a": 1})
     assert rpc.classify(
         {"jsonrpc": "2.0", "id": "x", "error": {"code": -32601, "message": "nope", "data": [1]}}

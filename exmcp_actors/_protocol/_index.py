@@ -6,7 +6,7 @@ proportion to the listeners a notification matches, not to all listeners.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter
@@ -54,13 +54,17 @@ class ListenerIndex(Generic[T]):
 
     def match(self, method: str, params: Any) -> list[T]:
         """The entries a legacy notification reaches (the filter is authoritative)."""
+        return list(self.reached(method, params))
+
+    def reached(self, method: str, params: Any) -> Iterable[T]:
+        """Like :meth:`match`, without copying: valid until the index next changes."""
         if method == RESOURCE_UPDATED:
-            uri = params.get("uri") if isinstance(params, dict) else None
-            bucket = self._by_uri.get(uri) if isinstance(uri, str) else None
+            uri = params.get("uri") if type(params) is dict else None
+            bucket = self._by_uri.get(uri) if type(uri) is str else None
         else:
             category = CATEGORY_OF_METHOD.get(method)
             bucket = self._by_category.get(category) if category is not None else None
-        return list(bucket.values()) if bucket else []
+        return bucket.values() if bucket else ()
 
 
 def _discard(buckets: dict[str, dict[Hashable, T]], name: str, key: Hashable) -> None:
