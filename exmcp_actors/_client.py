@@ -38,7 +38,7 @@ from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, n
 from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
 from ._refcount import Acquire, Inspect, RefcountWorker, Release
-from ._subscriber import Inbox, resolve_subscriber
+from ._subscriber import Inbox, Subscriber, resolve_subscriber
 from ._subscription import Subscription, Watch
 from ._transport._base import Transport
 
@@ -268,17 +268,22 @@ class Client:
         assert isinstance(listener, Listener)
         return listener
 
-    def _register_listener(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
-        wait = _check_timeout("timeout", timeout)
+    def _new_handle(self, flt: NotificationFilter, subscriber: Any, kind: str, era: str) -> tuple[Handle, Subscriber]:
+        """The host's handle, with its own inbox unless its subscriber is an actor or a put() object."""
         resolved = resolve_subscriber(subscriber)
-        deadline = time.monotonic() + wait
         handle_id = f"{kind}-{self._ids.next_id()}"
         inbox = Inbox() if resolved.target is None else None
-        handle: Handle
         if kind == "watch":
-            handle = Watch(handle_id, self, resolved.owner, flt, inbox, "legacy")
-        else:
-            handle = Listener(handle_id, self, resolved.owner, flt, inbox)
+            return Watch(handle_id, self, resolved.owner, flt, inbox, era), resolved
+        if kind == "subscription":
+            return Subscription(handle_id, self, resolved.owner, flt, inbox), resolved
+        return Listener(handle_id, self, resolved.owner, flt, inbox), resolved
+
+    def _register_listener(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
+        wait = _check_timeout("timeout", timeout)
+        deadline = time.monotonic() + wait
+        handle, resolved = self._new_handle(flt, subscriber, kind, "legacy")
+        handle_id = handle.id
         try:
             self._ask(RegisterListener(handle, kind, flt, resolved), wait)
             if flt.uris:
@@ -368,15 +373,9 @@ class Client:
 
     def _open_subscription(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
         wait = _check_timeout("timeout", timeout)
-        resolved = resolve_subscriber(subscriber)
         deadline = time.monotonic() + wait
-        handle_id = f"{kind}-{self._ids.next_id()}"
-        inbox = Inbox() if resolved.target is None else None
-        handle: Handle
-        if kind == "watch":
-            handle = Watch(handle_id, self, resolved.owner, flt, inbox, "modern")
-        else:
-            handle = Subscription(handle_id, self, resolved.owner, flt, inbox)
+        handle, resolved = self._new_handle(flt, subscriber, kind, "modern")
+        handle_id = handle.id
         acknowledged: Future[NotificationFilter] = Future()
         self._ask(OpenSubscription(handle, kind, flt, resolved, acknowledged), wait)
         try:
