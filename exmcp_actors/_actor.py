@@ -57,7 +57,16 @@ from ._protocol._handshake import (
 )
 from ._protocol._index import ListenerIndex
 from ._refcount import Release, Reset, Resubscribe, ResubscribeReport, error_term
-from ._subscriber import Deliver, Inbox, LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy, land
+from ._subscriber import (
+    Deliver,
+    Inbox,
+    LivenessWatcher,
+    Subscriber,
+    SubscriberDown,
+    SubscriberProxy,
+    deliver,
+    land,
+)
 from ._transport._base import STREAM_DROPPED, Frame, Transport
 
 logger = logging.getLogger("exmcp_actors")
@@ -236,6 +245,7 @@ class ProxyEntry:
 
     key: Any
     ref: pykka.ActorRef[Any]
+    subscriber: Subscriber
     handle_ids: set[Any] = field(default_factory=set)
 
 
@@ -608,6 +618,10 @@ class ClientActor(pykka.ThreadingActor):
             self.closing_reason = ("transport_closed", message.reason)
             self.actor_ref.stop(block=False)
             return
+        if self.shared.status == "reconnecting":
+            # The attempt opened but was lost before it was ready: it counts as a failed attempt.
+            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
+            return
         self.shared.status = "reconnecting"
         if self.shared.era == "legacy":
             self.paused = True
@@ -682,6 +696,9 @@ class ClientActor(pykka.ThreadingActor):
             return
         if isinstance(msg, rpc.Response):
             future.set_result(msg.result)
+        elif _is_transport_failure(msg):
+            # Made up by the transport (HTTP): the same exception as a drop on any other transport.
+            future.set_exception(ConnectionLost(f"{pending.method}: {msg.message} ({msg.data})"))
         else:
             future.set_exception(RequestError(msg.code, msg.message, msg.data))
 
@@ -718,7 +735,9 @@ class ClientActor(pykka.ThreadingActor):
             try:
                 route.ref.tell(Deliver(messages))
             except pykka.ActorDeadError:
-                pass  # its SubscriberDown is on the way
+                # Stopped from outside, its replacement not started yet (or the client is
+                # shutting down): deliver from here rather than lose a closing message.
+                deliver(route.subscriber.target, messages)
         out.clear()
 
     # -- requests --------------------------------------------------------------------------
@@ -776,14 +795,15 @@ class ClientActor(pykka.ThreadingActor):
     def _proxy_for(self, subscriber: Subscriber) -> ProxyEntry:
         proxy = self.proxies.get(subscriber.key)
         if proxy is None:
-            ref = SubscriberProxy.start(
-                subscriber.key, subscriber.target, self.actor_ref, self.shared.adopt_current_thread
-            )
-            proxy = ProxyEntry(subscriber.key, ref)
+            proxy = ProxyEntry(subscriber.key, self._start_proxy(subscriber), subscriber)
             self.proxies[subscriber.key] = proxy
-            if subscriber.watched:
-                self.watcher.watch(subscriber.key, subscriber.alive, ref)
         return proxy
+
+    def _start_proxy(self, subscriber: Subscriber) -> pykka.ActorRef[Any]:
+        ref = SubscriberProxy.start(subscriber.key, subscriber.target, self.actor_ref, self.shared.adopt_current_thread)
+        if subscriber.watched:
+            self.watcher.watch(subscriber.key, subscriber.alive, ref)
+        return ref
 
     def _add_entry(
         self, handle: Handle, kind: str, era: str, flt: NotificationFilter, subscriber: Subscriber, state: str
@@ -838,7 +858,10 @@ class ClientActor(pykka.ThreadingActor):
 
     def _release(self, entry: Entry) -> None:
         if entry.era == "legacy" and entry.state == "active" and entry.requested.uris and self.worker is not None:
-            self.worker.tell(Release(entry.handle.id))
+            try:
+                self.worker.tell(Release(entry.handle.id))
+            except pykka.ActorDeadError:
+                pass  # the worker stopped: the client is going down, and its session with it
 
     def _on_remove_handle(self, message: RemoveHandle) -> None:
         """Remove a handle for its host. The host, not this actor, then asks the worker to
@@ -853,6 +876,12 @@ class ClientActor(pykka.ThreadingActor):
     def _on_subscriber_down(self, message: SubscriberDown) -> None:
         proxy = self.proxies.get(message.key)
         if proxy is None or proxy.ref.actor_urn != message.proxy_urn:
+            return
+        if not message.died:
+            # Someone else stopped the proxy (ActorRegistry.stop_all, say), not its subscriber's
+            # death: the subscriber still needs one, at least to receive its closing messages.
+            logger.info("%s: subscriber proxy %s was stopped from outside; starting a new one", self.name, proxy.key)
+            proxy.ref = self._start_proxy(proxy.subscriber)
             return
         del self.proxies[message.key]
         self.watcher.unwatch(message.key)

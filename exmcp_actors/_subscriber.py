@@ -154,10 +154,12 @@ class SubscriberGone:
 
 @dataclass(frozen=True, slots=True)
 class SubscriberDown:
-    """Client message: a proxy stopped (its subscriber died or it was stopped)."""
+    """Client message: a proxy stopped, because its subscriber died or because it was stopped."""
 
     key: Any
     proxy_urn: str
+    #: True: the subscriber died (the proxy saw it). False: the proxy was stopped by someone.
+    died: bool = True
 
 
 def land(inbox: Inbox, messages: list[Any]) -> None:
@@ -165,6 +167,22 @@ def land(inbox: Inbox, messages: list[Any]) -> None:
     inbox.put_many(messages)
     if messages[-1][0] in FINAL_TAGS:
         inbox.finish()  # the closing message is the last: iteration and get() end after it
+
+
+def deliver(target: Any, messages: list[Any]) -> bool:
+    """Deliver to an actor (``tell``) or a ``put()`` object, in order; False if the actor is dead."""
+    if isinstance(target, pykka.ActorRef):
+        try:
+            for message in messages:
+                target.tell(message)
+        except pykka.ActorDeadError:
+            return False
+    elif isinstance(target, Inbox):
+        land(target, messages)
+    else:
+        for message in messages:
+            target.put(message)
+    return True
 
 
 class SubscriberProxy(pykka.ThreadingActor):
@@ -183,35 +201,24 @@ class SubscriberProxy(pykka.ThreadingActor):
         self._target = target
         self._client_ref = client_ref
         self._on_thread = on_thread
+        self._subscriber_died = False
 
     def on_start(self) -> None:
         self._on_thread()  # lets the client join this thread on disconnect
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Deliver):
-            if not self._deliver(message.messages):
+            if not deliver(self._target, message.messages):
+                self._subscriber_died = True
                 self.stop()
         elif isinstance(message, SubscriberGone):
+            self._subscriber_died = True
             self.stop()
         return None
 
-    def _deliver(self, messages: list[Any]) -> bool:
-        """False when the target actor turned out dead."""
-        target = self._target
-        if isinstance(target, pykka.ActorRef):
-            try:
-                for message in messages:
-                    target.tell(message)
-            except pykka.ActorDeadError:
-                return False
-        else:
-            for message in messages:
-                target.put(message)
-        return True
-
     def _report_down(self) -> None:
         try:
-            self._client_ref.tell(SubscriberDown(self._key, self.actor_urn))
+            self._client_ref.tell(SubscriberDown(self._key, self.actor_urn, self._subscriber_died))
         except pykka.ActorDeadError:
             pass  # the client is gone already: nobody left to tell
 
@@ -220,6 +227,7 @@ class SubscriberProxy(pykka.ThreadingActor):
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         logger.error("subscriber proxy failed delivering: %r", exception_value)
+        self._subscriber_died = True  # a put() that raises cannot be delivered to any more
         self._report_down()
 
 
