@@ -121,6 +121,7 @@ import httpx
 from .._errors import TransportError
 from .._protocol._versions import MODERN_VERSIONS
 from ._base import DEFAULT_MAX_FRAME_BYTES, HTTP_ERROR, STREAM_DROPPED, Frame, FrameSink, InvalidFrame, Transport
+from ._framing import decode_message
 from ._sse import SSEEvent, SSEParser
 
 __all__ = ["HTTP_ERROR", "STREAM_DROPPED", "HttpTransport"]
@@ -1151,11 +1152,11 @@ def _error_frame(request_id: Any, code: int, message: str, data: dict[str, Any])
 
 
 def _decode(data: bytes) -> Frame:
-    """One JSON-RPC message, or an InvalidFrame (bad JSON, or a batch)."""
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        return InvalidFrame(f"invalid JSON: {exc}", data[:200])
+    """One JSON-RPC message, or an InvalidFrame (bad JSON, bad UTF-8, or a batch).
+
+    The size cap was applied when the body or event was read, so none is applied here.
+    """
+    value = decode_message(data, len(data))
     if isinstance(value, list):
         return InvalidFrame("JSON-RPC batches are not accepted", data[:200])
     return value

@@ -30,7 +30,7 @@ _BOM = b"\xef\xbb\xbf"
 _LINE_SLACK = 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is built per event, and frozen ones cost twice as much
 class SSEEvent:
     """One dispatched event.
 
@@ -88,6 +88,9 @@ class SSEParser:
             self._skip_lf = False
             if chunk[pos : pos + 1] == b"\n":
                 pos += 1
+        if not self._partial and not self._discarding_line and b"\r" not in chunk:
+            self._feed_lf_lines(chunk, pos, events)
+            return events
         end = len(chunk)
         while pos < end:
             match = _EOL.search(chunk, pos)
@@ -109,6 +112,24 @@ class SSEParser:
             if pos == end and match.group() == b"\r":
                 self._skip_lf = True
         return events
+
+    def _feed_lf_lines(self, chunk: bytes, pos: int, events: list[SSEEvent]) -> None:
+        """The common case, LF line ends and no line left over: split once, and take
+        ``data:`` lines that fit the cap without the general field parsing."""
+        lines = (chunk[pos:] if pos else chunk).split(b"\n")
+        tail = lines.pop()  # after the last LF: a partial line, or b""
+        line_of = self._line
+        limit = self._max + 1
+        data = self._data
+        for line in lines:
+            if line[:6] == b"data: " and not self._oversize and self._data_size + len(line) - 5 <= limit:
+                data.append(line[6:])
+                self._data_size += len(line) - 5
+            else:
+                line_of(line, events)
+                data = self._data  # a dispatch starts a new list
+        if tail:
+            self._keep_partial(tail, 0, len(tail))
 
     def _keep_partial(self, chunk: bytes, pos: int, end: int) -> None:
         if self._discarding_line:
