@@ -114,20 +114,35 @@ class SSEParser:
         return events
 
     def _feed_lf_lines(self, chunk: bytes, pos: int, events: list[SSEEvent]) -> None:
-        """The common case, LF line ends and no line left over: split once, and take
-        ``data:`` lines that fit the cap without the general field parsing."""
-        lines = (chunk[pos:] if pos else chunk).split(b"\n")
-        tail = lines.pop()  # after the last LF: a partial line, or b""
+        """The common case, LF line ends and no line left over from the last read.
+
+        Whole events (blocks ended by a blank line) are split out at once, and a block
+        that is a single ``data:`` line within the cap becomes an event without the
+        general field parsing. Everything else goes through :meth:`_line`.
+        """
+        blocks = (chunk[pos:] if pos else chunk).split(b"\n\n")
+        rest = blocks.pop()  # after the last blank line: lines of an event still open
+        limit = self._max
         line_of = self._line
-        limit = self._max + 1
-        data = self._data
-        for line in lines:
-            if line[:6] == b"data: " and not self._oversize and self._data_size + len(line) - 5 <= limit:
-                data.append(line[6:])
-                self._data_size += len(line) - 5
-            else:
+        for block in blocks:
+            if (
+                block[:6] == b"data: "
+                and b"\n" not in block
+                and len(block) - 6 <= limit
+                and not self._data
+                and not self._event_type
+                and not self._oversize
+            ):
+                self.last_event_id = self._id_buffer
+                events.append(SSEEvent("message", block[6:], self.last_event_id))
+                continue
+            for line in block.split(b"\n"):
                 line_of(line, events)
-                data = self._data  # a dispatch starts a new list
+            line_of(b"", events)  # the blank line that ended the block
+        lines = rest.split(b"\n")
+        tail = lines.pop()  # after the last LF: a partial line, or b""
+        for line in lines:
+            line_of(line, events)
         if tail:
             self._keep_partial(tail, 0, len(tail))
 
