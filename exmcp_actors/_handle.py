@@ -6,7 +6,9 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
+from ._errors import ListenerNotFound, NotConnected
 from ._messages import FINAL_TAGS
+from ._protocol._filters import NotificationFilter
 from ._subscriber import Inbox
 
 
@@ -59,8 +61,15 @@ class Handle:
         if self._inbox is not None:
             self._inbox.finish()
 
-    def close(self) -> None:  # pragma: no cover - overridden
+    def _end(self) -> None:  # pragma: no cover - every handle kind says how it ends
         raise NotImplementedError
+
+    def close(self) -> None:
+        """End the handle if it is still registered (the context manager's exit)."""
+        try:
+            self._end()
+        except (ListenerNotFound, NotConnected):
+            pass
 
     def __enter__(self) -> Any:
         return self
@@ -70,3 +79,30 @@ class Handle:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
+
+
+class FilteredHandle(Handle):
+    """A handle made from one normalized filter, removed with ``unsubscribe()``
+    (no closing message follows): listeners and watches."""
+
+    def __init__(
+        self, handle_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None
+    ) -> None:
+        super().__init__(handle_id, client, subscriber, inbox)
+        self._normalized = flt
+
+    @property
+    def filter(self) -> dict[str, Any]:
+        """The normalized filter as a dict (false categories dropped, URIs de-duplicated)."""
+        return self._normalized.as_dict()
+
+    def unsubscribe(self, timeout: float = 5.0) -> None:
+        """Remove it and release its URIs; returns once the wire unsubscribe (if any) is done.
+
+        Raises:
+            ListenerNotFound: it was already removed or closed (a no-op on a stopped client).
+        """
+        self.client._remove_handle(self, timeout=timeout)
+
+    def _end(self) -> None:
+        self.unsubscribe()

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ._errors import ListenerNotFound, NotConnected
-from ._handle import Handle
-from ._protocol._filters import NotificationFilter
-from ._subscriber import Inbox
+from ._handle import FilteredHandle
 
 
-class Listener(Handle):
+class Listener(FilteredHandle):
     """A legacy notification listener.
 
     Attributes:
@@ -22,25 +17,3 @@ class Listener(Handle):
     Messages: :class:`~exmcp_actors.Notification`, :class:`~exmcp_actors.Reconnected`,
     then exactly one :class:`~exmcp_actors.Closed`, unless the listener is unsubscribed.
     """
-
-    def __init__(
-        self, listener_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None
-    ) -> None:
-        super().__init__(listener_id, client, subscriber, inbox)
-        self._normalized = flt
-
-    @property
-    def filter(self) -> dict[str, Any]:
-        """The normalized filter as a dict."""
-        return self._normalized.as_dict()
-
-    def unsubscribe(self, timeout: float = 5.0) -> None:
-        """Remove the listener; same as ``client.unsubscribe_notifications(listener)``."""
-        self.client.unsubscribe_notifications(self, timeout=timeout)
-
-    def close(self) -> None:
-        """Unsubscribe if still registered (the context manager's exit)."""
-        try:
-            self.unsubscribe()
-        except (ListenerNotFound, NotConnected):
-            pass

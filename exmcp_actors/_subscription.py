@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import ListenerNotFound, NotConnected
-from ._handle import Handle
+from ._handle import FilteredHandle, Handle
 from ._protocol._filters import NotificationFilter
 from ._subscriber import Inbox
 
@@ -40,15 +39,11 @@ class Subscription(Handle):
         """
         self.client._cancel_subscription(self, timeout=timeout)
 
-    def close(self) -> None:
-        """Cancel if still open (the context manager's exit)."""
-        try:
-            self.cancel()
-        except (ListenerNotFound, NotConnected):
-            pass
+    def _end(self) -> None:
+        self.cancel()
 
 
-class Watch(Handle):
+class Watch(FilteredHandle):
     """An era-agnostic handle: a legacy listener or a modern subscription underneath,
     the same :class:`~exmcp_actors.Notification` / :class:`~exmcp_actors.Reconnected` /
     :class:`~exmcp_actors.Closed` messages either way.
@@ -61,22 +56,7 @@ class Watch(Handle):
     def __init__(
         self, handle_id: Any, client: Any, subscriber: Any, flt: NotificationFilter, inbox: Inbox | None, era: str
     ) -> None:
-        super().__init__(handle_id, client, subscriber, inbox)
-        self._normalized = flt
+        super().__init__(handle_id, client, subscriber, flt, inbox)
         self.era = era
         self.acknowledged_filter: dict[str, Any] | None = None
         self.subscription_id: Any = None
-
-    @property
-    def filter(self) -> dict[str, Any]:
-        return self._normalized.as_dict()
-
-    def unsubscribe(self, timeout: float = 5.0) -> None:
-        """Stop watching (no closing message follows, as for a listener)."""
-        self.client._remove_handle(self, timeout=timeout)
-
-    def close(self) -> None:
-        try:
-            self.unsubscribe()
-        except (ListenerNotFound, NotConnected):
-            pass

@@ -52,12 +52,9 @@ class ListenerIndex(Generic[T]):
         for uri in flt.uris:
             _discard(self._by_uri, uri, key)
 
-    def match(self, method: str, params: Any) -> list[T]:
-        """The entries a legacy notification reaches (the filter is authoritative)."""
-        return list(self.reached(method, params))
-
     def reached(self, method: str, params: Any) -> Iterable[T]:
-        """Like :meth:`match`, without copying: valid until the index next changes."""
+        """The entries a legacy notification reaches (the filter is authoritative), in
+        registration order. A view, not a copy: valid until the index next changes."""
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if type(params) is dict else None
             bucket = self._by_uri.get(uri) if type(uri) is str else None
