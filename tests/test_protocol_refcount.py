@@ -74,17 +74,17 @@ def test_the_index_matches_by_uri_and_category_in_registration_order() -> None:
     index.add(1, normalize_filter({"toolsListChanged": True, "resourceSubscriptions": ["a"]}), "one")
     index.add(2, normalize_filter({"resourceSubscriptions": ["a", "b"]}), "two")
     index.add(3, normalize_filter({"promptsListChanged": True}), "three")
-    assert index.match("notifications/resources/updated", {"uri": "a"}) == ["one", "two"]
-    assert index.match("notifications/resources/updated", {"uri": "b"}) == ["two"]
-    assert index.match("notifications/resources/updated", {"uri": "c"}) == []
-    assert index.match("notifications/resources/updated", {}) == []
-    assert index.match("notifications/resources/updated", None) == []
-    assert index.match("notifications/tools/list_changed", {}) == ["one"]
-    assert index.match("notifications/resources/list_changed", {}) == []
-    assert index.match("notifications/message", {}) == []
+    assert list(index.reached("notifications/resources/updated", {"uri": "a"})) == ["one", "two"]
+    assert list(index.reached("notifications/resources/updated", {"uri": "b"})) == ["two"]
+    assert list(index.reached("notifications/resources/updated", {"uri": "c"})) == []
+    assert list(index.reached("notifications/resources/updated", {})) == []
+    assert list(index.reached("notifications/resources/updated", None)) == []
+    assert list(index.reached("notifications/tools/list_changed", {})) == ["one"]
+    assert list(index.reached("notifications/resources/list_changed", {})) == []
+    assert list(index.reached("notifications/message", {})) == []
     index.remove(1)
     index.remove(99)
-    assert index.match("notifications/tools/list_changed", {}) == []
+    assert list(index.reached("notifications/tools/list_changed", {})) == []
     assert len(index) == 2 and 2 in index and 1 not in index
     with pytest.raises(ValueError):
         index.add(2, normalize_filter({"toolsListChanged": True}), "again")
@@ -110,5 +110,5 @@ def test_dispatch_touches_only_the_matching_listeners_not_all_of_them() -> None:
     index._filters = _NoScan(index._filters)  # type: ignore[assignment]
     index._by_uri = _NoScan(index._by_uri)  # type: ignore[assignment]
     index._by_category = _NoScan(index._by_category)  # type: ignore[assignment]
-    assert index.match("notifications/resources/updated", {"uri": "file:///4242"}) == [4242]
-    assert index.match("notifications/tools/list_changed", {}) == []
+    assert list(index.reached("notifications/resources/updated", {"uri": "file:///4242"})) == [4242]
+    assert list(index.reached("notifications/tools/list_changed", {})) == []
