@@ -482,7 +482,8 @@ class ClientActor(pykka.ThreadingActor):
         self._attempt_failed(message.error)
 
     def _attempt_failed(self, error: BaseException | Any) -> None:
-        self.last_error = error_term(error) if isinstance(error, BaseException) else error
+        # What the host sees in ("reconnect_exhausted", last_error): the error's own words.
+        self.last_error = str(error) if isinstance(error, BaseException) else error
         if not self.connected_once:
             # The first connect fails fast: connect() reports it to the caller.
             self.shared.connect_error = (
