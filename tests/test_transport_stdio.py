@@ -63,7 +63,7 @@ def opened(make: MakeTransport, argv: list[str], **kwargs: Any) -> tuple[StdioTr
 
 def child(transport: StdioTransport) -> subprocess.Popen[bytes]:
     """The Popen object of the current connection (white box, for poll())."""
-    conn = transport._conn
+    conn = transport._slot.current
     assert conn is not None
     return conn.proc
 

@@ -22,7 +22,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, InvalidFrame
 
@@ -217,6 +217,37 @@ class LineSplitter:
             self._parts = []
             self._parts_len = 0
             self._discarding = True
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+ConnT = TypeVar("ConnT", bound=_Closable)
+
+
+class ConnectionSlot(Generic[ConnT]):
+    """The one current connection of a transport: ``open`` ends the old one before the new
+    one starts, and the last ``open`` wins a race; ``close`` is idempotent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: The open connection, or None. Read without the lock: a reference read is atomic.
+        self.current: ConnT | None = None
+
+    def close(self) -> None:
+        """End the current connection, if any, without reporting a loss."""
+        with self._lock:
+            old, self.current = self.current, None
+        if old is not None:
+            old.close()
+
+    def install(self, conn: ConnT) -> None:
+        """Make a started connection current; one a concurrent open() left behind is closed."""
+        with self._lock:
+            old, self.current = self.current, conn
+        if old is not None:
+            old.close()
 
 
 class LossLatch:

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from .._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
-from ._framing import LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
+from ._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
 
 logger = logging.getLogger("exmcp_actors.transport")
 #: The child's stderr, one INFO record per line, prefixed with the server's name.
@@ -173,41 +173,31 @@ class StdioTransport(Transport):
         self.stop_timeout = stop_timeout
         self.startup_grace = startup_grace
         self.name = name or _default_name(self.argv)
-        self._lock = threading.Lock()
-        self._conn: _StdioConnection | None = None
+        self._slot: ConnectionSlot[_StdioConnection] = ConnectionSlot()
 
     @property
     def pid(self) -> int | None:
         """The pid of the current child process, if a connection was opened."""
-        conn = self._conn
+        conn = self._slot.current
         return conn.proc.pid if conn is not None else None
 
     def open(self, sink: FrameSink, *, timeout: float) -> None:
         """Start a new child process (ending any previous one without reporting it)."""
-        with self._lock:
-            old, self._conn = self._conn, None
-        if old is not None:
-            old.close()
+        self._slot.close()
         conn = _StdioConnection(self, sink)
         conn.start(timeout)
-        with self._lock:
-            old, self._conn = self._conn, conn
-        if old is not None:  # a concurrent open() raced us; the last one wins
-            old.close()
+        self._slot.install(conn)
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message for the child's stdin."""
-        conn = self._conn
+        conn = self._slot.current
         if conn is None:
             raise TransportError(f"{self.describe()}: not open")
         conn.send(encode_message(message) + b"\n")
 
     def close(self) -> None:
         """Stop the child and join the threads. Idempotent."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        self._slot.close()
 
     def describe(self) -> str:
         """``stdio <name>``."""

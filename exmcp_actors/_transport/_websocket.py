@@ -45,6 +45,7 @@ import websocket
 from .._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
 from ._framing import (
+    ConnectionSlot,
     LossLatch,
     QueueWriter,
     decode_message,
@@ -136,41 +137,31 @@ class WebSocketTransport(Transport):
         self.max_frame_bytes = max_frame_bytes
         self.close_timeout = close_timeout
         self.max_batch_frames = max_batch_frames
-        self._lock = threading.Lock()
-        self._conn: _WsConnection | None = None
+        self._slot: ConnectionSlot[_WsConnection] = ConnectionSlot()
 
     @property
     def subprotocol(self) -> str | None:
         """The subprotocol the server chose for the current connection."""
-        conn = self._conn
+        conn = self._slot.current
         return conn.subprotocol if conn is not None else None
 
     def open(self, sink: FrameSink, *, timeout: float) -> None:
         """Connect a new socket within ``timeout`` (per network step), ending any previous one."""
-        with self._lock:
-            old, self._conn = self._conn, None
-        if old is not None:
-            old.close()
+        self._slot.close()
         conn = _WsConnection(self, sink)
         conn.start(timeout)
-        with self._lock:
-            old, self._conn = self._conn, conn
-        if old is not None:  # a concurrent open() raced us; the last one wins
-            old.close()
+        self._slot.install(conn)
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message as one text frame."""
-        conn = self._conn
+        conn = self._slot.current
         if conn is None:
             raise TransportError(f"{self.describe()}: not open")
         conn.send(encode_message(message))
 
     def close(self) -> None:
         """Send a close frame (best effort), shut the socket down, join the threads. Idempotent."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        self._slot.close()
 
     def describe(self) -> str:
         """``websocket <url without credentials or query>``."""
