@@ -267,7 +267,6 @@ class Entry:
     #: Where its messages go: its own Inbox, or its subscriber's ProxyEntry.
     route: Any
     state: str
-    alive: Callable[[], bool]
     # modern only
     listen_id: Any = None
     acknowledged: NotificationFilter | None = None
@@ -811,7 +810,7 @@ class ClientActor(pykka.ThreadingActor):
     ) -> Entry:
         proxy = self._proxy_for(subscriber)
         route = proxy if subscriber.target is not None else handle._inbox
-        entry = Entry(handle, kind, era, flt, proxy, route, state, subscriber.alive)
+        entry = Entry(handle, kind, era, flt, proxy, route, state)
         self.entries[handle.id] = entry
         proxy.handle_ids.add(handle.id)
         return entry
@@ -825,7 +824,7 @@ class ClientActor(pykka.ThreadingActor):
     def _on_activate_listener(self, message: ActivateListener) -> None:
         entry = self.entries.get(message.listener_id)
         # Asked directly too: the liveness watcher polls, and may not have noticed yet.
-        if entry is None or entry.state == "dead" or not entry.alive():
+        if entry is None or entry.state == "dead" or not entry.proxy.subscriber.alive():
             self._forget_entry(message.listener_id)
             raise SubscriberNotAlive()
         if self.shared.status != "ready":

@@ -246,10 +246,6 @@ class Client:
 
     # -- legacy listeners ------------------------------------------------------------------
 
-    def _wire_request(self, method: str, params: dict[str, Any]) -> Any:
-        """The refcount worker's way to the wire."""
-        return self.request(method, params)
-
     def subscribe_notifications(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Listener:
         """Register a legacy listener (MCP 2024-11-05 .. 2025-11-25).
 
@@ -519,7 +515,8 @@ def connect(
     ids = RequestBuilder()
     ref = ClientActor.start(config, shared, ids, name)
     client = Client(ref, shared, ids, request_wait, name)
-    worker = RefcountWorker.start(client._wire_request, ref, shared.adopt_current_thread)
+    # The worker's wire calls go out through the client like any other request.
+    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread)
     client._worker = worker
     ref.tell(Start(worker, client._snapshot))
     # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
