@@ -38,12 +38,9 @@ from ._errors import (
 from ._handle import Handle
 from ._protocol import _jsonrpc as rpc
 from ._protocol._filters import (
-    CATEGORY_OF_METHOD,
     FILTERABLE_METHODS,
-    RESOURCE_UPDATED,
     NotificationFilter,
     filter_from_wire,
-    uri_within,
 )
 from ._protocol._handshake import (
     META_SUBSCRIPTION_ID,
@@ -976,7 +973,7 @@ class ClientActor(pykka.ThreadingActor):
             else:
                 logger.warning("%s: too many events held for %r; dropping", self.name, entry.handle)
             return
-        if _inside(entry.acknowledged, method, params):
+        if entry.acknowledged.enables(method, params, sub_resources=True):
             _emit(out, entry, entry.event(method, _unstamped(params)))
         else:
             logger.info("%s: event %s outside the acknowledged filter of %r dropped", self.name, method, entry.handle)
@@ -1024,7 +1021,7 @@ class ClientActor(pykka.ThreadingActor):
         held, entry.held = entry.held, []
         ack = entry.acknowledged
         for method, params in held:
-            if ack is not None and _inside(ack, method, params):
+            if ack is not None and ack.enables(method, params, sub_resources=True):
                 _emit(out, entry, entry.event(method, _unstamped(params)))
 
     def _listen_answered(self, entry: Entry, msg: rpc.Response | rpc.ErrorResponse, out: Outbox) -> None:
@@ -1199,17 +1196,6 @@ def _is_transport_failure(msg: rpc.ErrorResponse) -> bool:
         return True
     status = data.get("httpStatus")
     return "transportError" in data or (isinstance(status, int) and status >= 500)
-
-
-def _inside(ack: NotificationFilter, method: str, params: dict[str, Any]) -> bool:
-    """Whether a modern event falls inside the acknowledged filter."""
-    category = CATEGORY_OF_METHOD.get(method)
-    if category is not None:
-        return category in ack.categories
-    if method == RESOURCE_UPDATED:
-        uri = params.get("uri")
-        return isinstance(uri, str) and uri_within(uri, ack.uris)
-    return False
 
 
 def _unstamped(params: dict[str, Any]) -> dict[str, Any]:

@@ -110,3 +110,13 @@ def test_modern_uris_may_name_sub_resources() -> None:
 
 def test_the_empty_filter_object_is_inert() -> None:
     assert NotificationFilter().as_dict() == {}
+
+
+def test_an_acknowledged_filter_also_enables_sub_resources_of_its_uris() -> None:
+    ack = filter_from_wire({"resourceSubscriptions": ["file:///dir"], "toolsListChanged": True})
+    assert ack is not None
+    assert ack.enables("notifications/resources/updated", {"uri": "file:///dir/x"}, sub_resources=True)
+    assert not ack.enables("notifications/resources/updated", {"uri": "file:///dir/x"})
+    assert not ack.enables("notifications/resources/updated", {"uri": "file:///dirty"}, sub_resources=True)
+    assert ack.enables("notifications/tools/list_changed", {}, sub_resources=True)
+    assert not ack.enables("notifications/prompts/list_changed", {}, sub_resources=True)

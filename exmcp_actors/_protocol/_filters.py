@@ -60,14 +60,20 @@ class NotificationFilter:
             result[TASK_IDS] = list(self.task_ids)
         return result
 
-    def enables(self, method: str, params: Any) -> bool:
-        """Whether a legacy notification passes this filter (URIs match exactly)."""
+    def enables(self, method: str, params: Any, *, sub_resources: bool = False) -> bool:
+        """Whether a notification passes this filter.
+
+        Legacy URIs match exactly; with ``sub_resources`` (modern events, checked against
+        an acknowledged filter) a sub-resource of a listed URI matches too.
+        """
         category = CATEGORY_OF_METHOD.get(method)
         if category is not None:
             return category in self.categories
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if isinstance(params, dict) else None
-            return isinstance(uri, str) and uri in self.uris
+            if not isinstance(uri, str):
+                return False
+            return uri_within(uri, self.uris) if sub_resources else uri in self.uris
         return False
 
     def is_within(self, other: NotificationFilter) -> bool:
