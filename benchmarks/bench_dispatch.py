@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .common import URI, WAIT, Row, Stopwatch, flood_argv, median, run_in_thread, say, tool_json
+from .common import URI, WAIT, Row, flood_argv, median, read_flood, say, tool_json
 
 NAME = "dispatch"
 SIZES = (10, 1_000, 10_000)
@@ -37,19 +37,7 @@ def register(client: Any, total: int) -> Any:
 
 def flood_round(client: Any, listener: Any, count: int) -> tuple[float, float]:
     """Wall and CPU microseconds per notification for ``count`` updates read from ``listener``."""
-    thread, outcome = run_in_thread(
-        lambda: client.call_tool("flood", {"uri": URI, "count": count}, timeout=WAIT * 3), "bench-trigger"
-    )
-    get = listener.get
-    get(timeout=WAIT)
-    watch = Stopwatch()
-    watch.start()
-    for _ in range(count - 1):
-        get(timeout=WAIT)
-    watch.stop()
-    thread.join(WAIT)
-    if outcome and isinstance(outcome[0], BaseException):
-        raise outcome[0]
+    watch = read_flood(client, listener, URI, count)
     return watch.wall / (count - 1) * 1e6, watch.cpu / (count - 1) * 1e6
 
 

@@ -44,7 +44,7 @@ from .common import (
     flood_argv,
     listening_server,
     median,
-    run_in_thread,
+    read_flood,
     say,
     sdk_argv,
 )
@@ -107,19 +107,7 @@ def lib_rate(target: Any, uri: str, count: int, *, warm: bool) -> Flow:
         listener = client.subscribe_notifications({"resourceSubscriptions": [uri]})
         if warm:
             warm_up_listener(client, listener, uri)
-        thread, outcome = run_in_thread(
-            lambda: client.call_tool("flood", {"uri": uri, "count": count}, timeout=WAIT * 3), "bench-trigger"
-        )
-        get = listener.get
-        get(timeout=WAIT)
-        watch = Stopwatch()
-        watch.start()
-        for _ in range(count - 1):
-            get(timeout=WAIT)
-        watch.stop()
-        thread.join(WAIT)
-        if outcome and isinstance(outcome[0], BaseException):
-            raise outcome[0]
+        watch = read_flood(client, listener, uri, count)
         return watch.result(count - 1)
     finally:
         client.disconnect()

@@ -486,6 +486,25 @@ class Flow(NamedTuple):
     cpu_us: float
 
 
+def read_flood(client: Any, listener: Any, uri: str, count: int) -> Stopwatch:
+    """Ask the server to flood ``count`` updates of ``uri`` and read them with ``listener.get()``
+    in this thread; the stopwatch runs from the first update to the last."""
+    thread, outcome = run_in_thread(
+        lambda: client.call_tool("flood", {"uri": uri, "count": count}, timeout=WAIT * 3), "bench-trigger"
+    )
+    get = listener.get
+    get(timeout=WAIT)
+    watch = Stopwatch()
+    watch.start()
+    for _ in range(count - 1):
+        get(timeout=WAIT)
+    watch.stop()
+    thread.join(WAIT)
+    if outcome and isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return watch
+
+
 def timed(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
