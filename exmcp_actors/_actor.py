@@ -36,6 +36,7 @@ from ._errors import (
     UseListen,
 )
 from ._handle import Handle
+from ._lane import ACK_METHOD, DeliveryLane, Outbox, dispatch, flush, notification_parts, subscription_id_of
 from ._protocol import _jsonrpc as rpc
 from ._protocol._filters import (
     FILTERABLE_METHODS,
@@ -55,21 +56,16 @@ from ._protocol._handshake import (
 from ._protocol._index import ListenerIndex
 from ._refcount import Release, Reset, Resubscribe, ResubscribeReport, error_term
 from ._subscriber import (
-    Deliver,
-    Inbox,
     LivenessWatcher,
     Subscriber,
     SubscriberDown,
     SubscriberProxy,
-    deliver,
-    land,
 )
 from ._transport._base import STREAM_DROPPED, Frame, Transport
 
 logger = logging.getLogger("exmcp_actors")
 _new_tuple = tuple.__new__
 
-ACK_METHOD = "notifications/subscriptions/acknowledged"
 #: Events held for a modern subscription that is not live yet (before its ack, during a resync).
 MAX_HELD_EVENTS = 10_000
 
@@ -246,12 +242,6 @@ class ProxyEntry:
     handle_ids: set[Any] = field(default_factory=set)
 
 
-#: What a handler produces: messages per route, in order. A route is an Inbox (the client
-#: actor lands it itself: inboxes never block) or the ProxyEntry of an actor or ``put()``
-#: subscriber (its proxy delivers, so a slow ``put()`` stalls only that subscriber).
-Outbox = dict[Any, list[Any]]
-
-
 @dataclass(eq=False)
 class Entry:
     """One listener, subscription or watch as the actor sees it."""
@@ -295,19 +285,24 @@ class Pending:
 
 
 class ConnectionSink:
-    """The FrameSink of one connection: tags what it reads with the connection's generation."""
+    """The FrameSink of one connection: tags what it reads with the connection's generation,
+    and delivers what it may through the lane (see ``_lane``)."""
 
-    __slots__ = ("_generation", "_tell")
+    __slots__ = ("_generation", "_lane", "_tell")
 
-    def __init__(self, actor_ref: pykka.ActorRef[Any], generation: int) -> None:
+    def __init__(self, actor_ref: pykka.ActorRef[Any], generation: int, lane: DeliveryLane) -> None:
         self._tell = actor_ref.tell
         self._generation = generation
+        self._lane = lane
 
     def frames_received(self, frames: list[Frame]) -> None:
         try:
-            self._tell(Frames(self._generation, frames))
+            self._lane.take(self._generation, frames, self._forward)
         except pykka.ActorDeadError:
             pass
+
+    def _forward(self, frames: list[Frame]) -> None:
+        self._tell(Frames(self._generation, frames))
 
     def transport_lost(self, reason: str) -> None:
         try:
@@ -337,6 +332,8 @@ class ClientActor(pykka.ThreadingActor):
         self.pending: dict[Any, Pending] = {}
         self.entries: dict[Any, Entry] = {}
         self.index: ListenerIndex[Entry] = ListenerIndex()
+        #: Readers deliver plain notifications through it; the index changes only under its lock.
+        self.lane = DeliveryLane(self.index)
         self.by_listen_id: dict[Any, Entry] = {}
         self.proxies: dict[Any, ProxyEntry] = {}
         self.retiring: list[ProxyEntry] = []
@@ -367,6 +364,20 @@ class ClientActor(pykka.ThreadingActor):
             return handler(self, message)
         finally:
             self._retire_proxies()
+            self._sync_lane()
+
+    def _sync_lane(self) -> None:
+        """Open the lane to the reader when the client is settled; shut it otherwise.
+
+        Called after each handler has flushed, so the lane opens after, never before, the
+        messages that settle the client (Reconnected, released held notifications)."""
+        settled = (
+            self.shared.status == "ready"
+            and self.shared.era == "legacy"
+            and not self.paused
+            and not self.stopping.is_set()
+        )
+        self.lane.open_for(self.generation if settled else None)
 
     def _retire_proxies(self) -> None:
         """Stop idle proxies only after the handler flushed: their last messages go first."""
@@ -394,6 +405,7 @@ class ClientActor(pykka.ThreadingActor):
     def _shutdown(self, reason: Any) -> None:
         """Close every handle with ``reason``, fail pending work, release every resource."""
         self.stopping.set()
+        self.lane.open_for(None)  # the closing messages come after anything a reader delivers
         if self.shared.status != "disconnected":
             self.shared.status = "disconnected"
         if self.shared.connect_error is None and not self.shared.ready.is_set():
@@ -403,7 +415,7 @@ class ClientActor(pykka.ThreadingActor):
         out: Outbox = {}
         for entry in list(self.entries.values()):
             self._close_entry(entry, reason, out, release=False)
-        self._flush(out)
+        flush(out)
         for timer in list(self.timers):
             timer.cancel()
         for proxy in list(self.proxies.values()):
@@ -451,7 +463,8 @@ class ClientActor(pykka.ThreadingActor):
             transport = self.config.transport
             try:
                 transport.close()
-                transport.open(ConnectionSink(self.actor_ref, generation), timeout=self.config.connect_timeout)
+                sink = ConnectionSink(self.actor_ref, generation, self.lane)
+                transport.open(sink, timeout=self.config.connect_timeout)
             except BaseException as error:  # report every failure: the actor decides what follows
                 self._tell_self(OpenFailed(generation, error))
                 return
@@ -584,7 +597,7 @@ class ClientActor(pykka.ThreadingActor):
             for entry in list(self.entries.values()):
                 if entry.era == "modern" and entry.state == "relistening" and entry.listen_id is None:
                     self._send_listen(entry)
-        self._flush(out)
+        flush(out)
 
     def _era_changed(self, era: str, out: Outbox) -> None:
         logger.warning("%s: the peer now speaks the %s era", self.name, era)
@@ -620,6 +633,7 @@ class ClientActor(pykka.ThreadingActor):
             self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
             return
         self.shared.status = "reconnecting"
+        self.lane.open_for(None)
         if self.shared.era == "legacy":
             self.paused = True
             for handle_id, entry in self.entries.items():
@@ -629,34 +643,32 @@ class ClientActor(pykka.ThreadingActor):
             if entry.era == "modern":
                 # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
                 self._begin_resync(entry, out)
-        self._flush(out)
+        flush(out)
         self.attempts = 0
         self._start_connector(self.config.backoff.delay(1))
 
     def _on_frames(self, message: Frames) -> None:
-        if message.generation != self.generation:
-            return
+        try:
+            if message.generation == self.generation:
+                self._handle_frames(message.frames)
+        finally:
+            self.lane.handled()  # after the flush: the reader may deliver again
+
+    def _handle_frames(self, frames: list[Frame]) -> None:
         out: Outbox = {}
-        on_notification, dispatch = self._on_notification, self._dispatch
-        for frame in message.frames:
+        on_notification, index = self._on_notification, self.index
+        for frame in frames:
             try:
-                # Notifications are nearly all of the traffic: they skip the full classification,
-                # and plain ones (no _meta, not paused) go straight to the listeners.
-                if type(frame) is dict and "id" not in frame and frame.get("jsonrpc") == "2.0":
-                    method = frame.get("method")
-                    params = frame.get("params")
-                    if params is None:
-                        params = {}
-                    if type(method) is str and type(params) is dict:
-                        if "_meta" in params or self.paused or method == ACK_METHOD:
-                            on_notification(method, params, out)
-                        else:
-                            dispatch(method, params, out)
-                        continue
-                self._handle_frame(frame, out)
+                parts = notification_parts(frame)
+                if parts is None:
+                    self._handle_frame(frame, out)
+                elif self.paused or "_meta" in parts[1] or parts[0] == ACK_METHOD:
+                    on_notification(parts[0], parts[1], out)
+                else:
+                    dispatch(index, parts[0], parts[1], out)
             except Exception:  # one bad frame must never take the client down
                 logger.exception("%s: failed to handle frame %.200r", self.name, frame)
-        self._flush(out)
+        flush(out)
 
     def _handle_frame(self, frame: Frame, out: Outbox) -> None:
         msg = rpc.classify(frame)
@@ -700,42 +712,16 @@ class ClientActor(pykka.ThreadingActor):
             future.set_exception(RequestError(msg.code, msg.message, msg.data))
 
     def _on_notification(self, method: str, params: dict[str, Any], out: Outbox) -> None:
-        meta = params.get("_meta")
-        if meta is not None or method == ACK_METHOD:
-            subscription_id = meta.get(META_SUBSCRIPTION_ID) if type(meta) is dict else None
-            if subscription_id is not None or method == ACK_METHOD:
-                # Stamped events belong to modern subscriptions only, never to legacy listeners.
-                self._on_subscription_frame(subscription_id, method, params, out)
-                return
+        subscription_id = subscription_id_of(params)
+        if subscription_id is not None or method == ACK_METHOD:
+            # Stamped events belong to modern subscriptions only, never to legacy listeners.
+            self._on_subscription_frame(subscription_id, method, params, out)
+            return
         if self.paused:
             if method in FILTERABLE_METHODS:
                 self.held.append((method, params))
             return
-        self._dispatch(method, params, out)
-
-    def _dispatch(self, method: str, params: dict[str, Any], out: Outbox) -> None:
-        """Hand a legacy notification to the listeners the index says it reaches."""
-        for entry in self.index.reached(method, params):
-            items = out.get(entry.route)
-            if items is None:
-                items = out[entry.route] = []
-            # Indexed entries are legacy listeners and watches: always a Notification.
-            items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
-
-    def _flush(self, out: Outbox) -> None:
-        """Deliver what a handler produced: one batch per route, in order."""
-        for route, messages in out.items():
-            if type(route) is Inbox:
-                # Inboxes never block: land them from here and save a thread hop per batch.
-                land(route, messages)
-                continue
-            try:
-                route.ref.tell(Deliver(messages))
-            except pykka.ActorDeadError:
-                # Stopped from outside, its replacement not started yet (or the client is
-                # shutting down): deliver from here rather than lose a closing message.
-                deliver(route.subscriber.target, messages)
-        out.clear()
+        dispatch(self.index, method, params, out)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -828,7 +814,7 @@ class ClientActor(pykka.ThreadingActor):
             self._forget_entry(message.listener_id)
             raise NotConnected(f"the client is {self.shared.status}")
         entry.state = "active"
-        self.index.add(entry.handle.id, entry.requested, entry)
+        self.lane.index_add(entry.handle.id, entry.requested, entry)
 
     def _on_abandon_listener(self, message: AbandonListener) -> None:
         self._forget_entry(message.listener_id)
@@ -838,7 +824,7 @@ class ClientActor(pykka.ThreadingActor):
         entry = self.entries.pop(handle_id, None)
         if entry is None:
             return None
-        self.index.remove(handle_id)
+        self.lane.index_remove(handle_id)
         self.loss_snapshot.pop(handle_id, None)
         if entry.listen_id is not None:
             self.by_listen_id.pop(entry.listen_id, None)
@@ -912,7 +898,7 @@ class ClientActor(pykka.ThreadingActor):
             return
         out: Outbox = {}
         self._resume_after_legacy_pause(out, report)
-        self._flush(out)
+        flush(out)
 
     def _resume_after_legacy_pause(self, out: Outbox, report: ResubscribeReport | None = None) -> None:
         """Tell every listener that existed at the loss, then release what was held, in order."""
@@ -932,7 +918,7 @@ class ClientActor(pykka.ThreadingActor):
         self.paused = False
         held, self.held = self.held, []
         for method, params in held:
-            self._dispatch(method, params, out)
+            dispatch(self.index, method, params, out)
 
     # -- modern subscriptions --------------------------------------------------------------
 
@@ -1105,7 +1091,7 @@ class ClientActor(pykka.ThreadingActor):
         entry.state = "live"
         entry.relisten_attempts = 0
         self._release_held(entry, out)
-        self._flush(out)
+        flush(out)
 
     def _cancel_subscription(self, entry: Entry) -> None:
         if entry.listen_id is not None:
@@ -1124,11 +1110,11 @@ class ClientActor(pykka.ThreadingActor):
             self._forget_entry(entry.handle.id)
         else:
             self._close_entry(entry, message.reason, out, release=False)
-        self._flush(out)
+        flush(out)
 
     def _convert_watch_to_modern(self, entry: Entry) -> None:
         """A legacy watch whose peer turned modern carries on as a subscription."""
-        self.index.remove(entry.handle.id)
+        self.lane.index_remove(entry.handle.id)
         self.loss_snapshot.pop(entry.handle.id, None)
         entry.era = "modern"
         entry.state = "relistening"

@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pykka
 
@@ -29,71 +28,62 @@ LIVENESS_INTERVAL = 0.05
 
 
 class Inbox:
-    """An unbounded, thread-safe mailbox. A batch lands with one lock acquisition."""
+    """An unbounded, thread-safe mailbox on ``queue.SimpleQueue``.
 
-    __slots__ = ("_cond", "_finished", "_items")
+    SimpleQueue waits in C without the GIL, and a waiting host costs one wake-up per
+    message; a ``threading.Condition`` cost about 5 us more per wake-up, and twice the CPU.
+    Finishing queues a marker behind the last message: ``get`` then ends once drained.
+    """
+
+    __slots__ = ("_finished", "_queue")
 
     def __init__(self) -> None:
-        self._items: deque[Any] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._finished = False
 
     def put(self, item: Any) -> None:
-        with self._cond:
-            self._items.append(item)
-            self._cond.notify()
+        self._queue.put(item)
 
     def put_many(self, items: Iterable[Any]) -> None:
-        with self._cond:
-            self._items.extend(items)
-            self._cond.notify()
+        put = self._queue.put
+        for item in items:
+            put(item)
 
     def finish(self) -> None:
-        """No more messages will come: wake every waiter once the inbox is drained."""
-        with self._cond:
+        """No more messages will come: every ``get`` ends once the inbox is drained."""
+        if not self._finished:
             self._finished = True
-            self._cond.notify_all()
+            self._queue.put(_END)
 
     @property
     def finished(self) -> bool:
         return self._finished
 
     def __len__(self) -> int:
-        return len(self._items)
+        size = self._queue.qsize()
+        return size - 1 if self._finished and size else size  # the end marker is no message
 
     def get(self, timeout: float | None = None) -> Any:
         """The next message; blocks up to ``timeout`` seconds (forever when None).
 
         Raises:
             queue.Empty: nothing arrived in time, or the inbox is finished and drained.
+            ValueError: a negative or NaN timeout.
         """
-        try:
-            return self._items.popleft()  # fast path: deque.popleft is atomic
-        except IndexError:
-            pass
-        with self._cond:
-            if timeout is None:
-                while not self._items:
-                    if self._finished:
-                        raise queue.Empty
-                    self._cond.wait()
-            else:
-                if timeout < 0:
-                    raise ValueError("timeout must be a non-negative number")
-                remaining = timeout
-                deadline = _monotonic() + timeout
-                while not self._items:
-                    if self._finished or remaining <= 0:
-                        raise queue.Empty
-                    self._cond.wait(remaining)
-                    remaining = deadline - _monotonic()
-            return self._items.popleft()
+        if timeout is not None:
+            if not timeout >= 0:  # NaN too
+                raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
+            if timeout > threading.TIMEOUT_MAX:
+                timeout = None  # math.inf and the like: forever, as the lock cannot wait longer
+        item = self._queue.get(True, timeout)
+        if item is _END:
+            self._queue.put(_END)  # for the next get, in this thread or another
+            raise queue.Empty
+        return item
 
 
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
+#: Queued behind an inbox's last message when it is finished.
+_END: Final = object()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1245,7 +1245,7 @@ def test_a_crashing_client_actor_closes_every_listener_with_crashed(
     server.list_changed("tools")
     for listener, source in zip(listeners, sources, strict=True):
         assert getter(source)(TIMEOUT).listener is listener
-    server.notify("test/crash")
+    server.request("test/crash")  # a server request: the client actor handles it, not the reader
     for listener, source in zip(listeners, sources, strict=True):
         expect_closed(
             source,
@@ -1264,7 +1264,8 @@ def test_a_crashing_client_actor_closes_every_listener_with_crashed(
 
 
 class ActorBlocker:
-    """Holds the client actor inside its frame handler when a ``test/block`` frame arrives.
+    """Holds the client actor inside its frame handler when a ``test/block`` server request
+    arrives (a request, so the reader thread hands it to the actor rather than delivering it).
 
     Frames before the marker in the same batch are handled first, so a test can let a response
     through and then park the actor, making "the caller's ask timed out, the actor acts later"
@@ -1293,8 +1294,12 @@ class ActorBlocker:
 
         monkeypatch.setitem(ClientActor._handlers, Frames, handle)
 
+    @classmethod
+    def marker(cls) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": "test-block", "method": cls.METHOD}
+
     def block(self, server: FakeServer) -> None:
-        server.notify(self.METHOD)
+        server.send(self.marker())
         assert self.blocked.wait(TIMEOUT)
 
 
@@ -1323,9 +1328,7 @@ def test_a_registration_whose_activation_times_out_leaves_no_orphan_listener(
         default = server.default_handler("resources/subscribe")
         assert default is not None
         result = default(params, ctx)
-        ctx.send_batch(
-            [{"jsonrpc": "2.0", "id": ctx.request_id, "result": result or {}}, notification(ActorBlocker.METHOD)]
-        )
+        ctx.send_batch([{"jsonrpc": "2.0", "id": ctx.request_id, "result": result or {}}, ActorBlocker.marker()])
         return NO_REPLY
 
     server.on("resources/subscribe", subscribe)
@@ -1365,6 +1368,68 @@ def test_an_unsubscribe_the_busy_client_actor_handles_too_late_still_releases_th
 
 
 # --------------------------------------------------------------------------- the API surface
+
+
+class ParkActor:
+    """Holds the client actor in a handler of its own (not a frame handler) until released."""
+
+    def __init__(self, release: threading.Event, parked: threading.Event) -> None:
+        self.release = release
+        self.parked = parked
+
+
+def park_client_actor(harness: Harness, client: mcp.Client, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Park the client actor; returns the event that lets it go (set at teardown at the latest)."""
+
+    def handle(actor: ClientActor, message: ParkActor) -> None:
+        message.parked.set()
+        message.release.wait(10.0)
+
+    monkeypatch.setitem(ClientActor._handlers, ParkActor, handle)
+    release, parked = threading.Event(), threading.Event()
+    harness.cleanups.append(release.set)
+    client._ref.tell(ParkActor(release, parked))
+    assert parked.wait(TIMEOUT)
+    return release
+
+
+def test_plain_notifications_reach_every_kind_of_subscriber_while_the_client_actor_is_busy(
+    harness: Harness, client: mcp.Client, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reader thread delivers plain notifications itself once the client is settled:
+    # a busy client actor (or one more thread wake-up per message) is not in their way.
+    listeners, sources, holder = _listeners_of_every_kind(client, {"toolsListChanged": True})
+    release = park_client_actor(harness, client, monkeypatch)
+    server.notify(TOOLS_CHANGED, {"n": 1})
+    for listener, source in zip(listeners, sources, strict=True):
+        message = getter(source)(TIMEOUT)
+        assert message.listener is listener and message.params == {"n": 1}, message
+    release.set()
+    holder.end()
+
+
+def test_frames_behind_one_the_client_actor_must_handle_wait_for_it_in_wire_order(
+    harness: Harness, client: mcp.Client, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener = client.subscribe_notifications({"toolsListChanged": True})
+    release = park_client_actor(harness, client, monkeypatch)
+    ping = {"jsonrpc": "2.0", "id": "srv-ping", "method": "ping"}
+    # n=1 is plain and goes first: the reader delivers it. The ping needs the actor, so it and
+    # everything after it (in this read and in later ones) wait for the actor, in order.
+    server.send_batch([notification(TOOLS_CHANGED, {"n": 1}), ping, notification(TOOLS_CHANGED, {"n": 2})])
+    server.notify(TOOLS_CHANGED, {"n": 3})
+    assert listener.get(timeout=TIMEOUT).params == {"n": 1}
+    # Both later reads are queued on the parked actor, so the reader has handled them.
+    eventually(lambda: client._ref.actor_inbox.qsize() >= 2, what="two frame batches queued on the actor")
+    assert listener.pending() == 0
+    release.set()
+    assert [listener.get(timeout=TIMEOUT).params for _ in range(2)] == [{"n": 2}, {"n": 3}]
+    server.wait_for(lambda message: message == {"jsonrpc": "2.0", "id": "srv-ping", "result": {}})
+    # Once the actor caught up, the reader delivers by itself again.
+    release_again = park_client_actor(harness, client, monkeypatch)
+    server.notify(TOOLS_CHANGED, {"n": 4})
+    assert listener.get(timeout=TIMEOUT).params == {"n": 4}
+    release_again.set()
 
 
 def test_messages_match_the_tuple_patterns_and_attributes_of_the_api(harness: Harness) -> None:

@@ -1,0 +1,152 @@
+"""The delivery lane: lets a transport's reader thread deliver plain notifications itself.
+
+At a steady trickle every message used to wake three threads in turn: the
+reader, the client actor and the host. The lane removes the middle one for
+the bulk of the traffic: when the client is settled (ready, legacy era, not
+paused after a loss) and the actor has no frames of this connection still
+queued, the reader routes plain notifications through the listener index and
+lands them itself. Everything else (responses, server requests, stamped
+modern events, anything while the lane is shut) goes to the client actor as
+before, and from then on so does every later frame, until the actor has
+handled them: the wire order a subscriber sees never changes.
+
+The actor is the only writer of the index. It changes the index, and opens or
+shuts the lane, under the lane's lock; the reader delivers under the same lock.
+So a listener removed by the actor is never delivered to afterwards, and the
+closing messages the actor sends after shutting the lane come after everything
+the reader delivered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import pykka
+
+from . import _messages as m
+from ._protocol._filters import NotificationFilter
+from ._protocol._handshake import META_SUBSCRIPTION_ID
+from ._protocol._index import ListenerIndex
+from ._subscriber import Deliver, Inbox, deliver, land
+from ._transport._base import Frame
+
+_new_tuple = tuple.__new__
+
+ACK_METHOD = "notifications/subscriptions/acknowledged"
+
+#: What a handler produces: messages per route, in order. A route is an Inbox (landed
+#: directly: inboxes never block) or the ProxyEntry of an actor or ``put()`` subscriber
+#: (its proxy delivers, so a slow ``put()`` stalls only that subscriber).
+Outbox = dict[Any, list[Any]]
+
+
+def notification_parts(frame: Frame) -> tuple[str, dict[str, Any]] | None:
+    """``(method, params)`` of a well-formed notification, else None (classify it fully).
+
+    Notifications are nearly all of the traffic, so they skip the full classification.
+    """
+    if type(frame) is dict and "id" not in frame and frame.get("jsonrpc") == "2.0":
+        method = frame.get("method")
+        params = frame.get("params")
+        if params is None:
+            params = {}
+        if type(method) is str and type(params) is dict:
+            return method, params
+    return None
+
+
+def subscription_id_of(params: dict[str, Any]) -> Any:
+    """The modern subscription id a notification is stamped with; None for a legacy one."""
+    meta = params.get("_meta")
+    return meta.get(META_SUBSCRIPTION_ID) if type(meta) is dict else None
+
+
+def dispatch(index: ListenerIndex[Any], method: str, params: dict[str, Any], out: Outbox) -> None:
+    """Queue a legacy notification for every listener the index says it reaches."""
+    for entry in index.reached(method, params):
+        items = out.get(entry.route)
+        if items is None:
+            items = out[entry.route] = []
+        # Indexed entries are legacy listeners and watches: always a Notification.
+        items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
+
+
+def flush(out: Outbox) -> None:
+    """Deliver what a handler produced: one batch per route, in order."""
+    for route, messages in out.items():
+        if type(route) is Inbox:
+            land(route, messages)
+            continue
+        try:
+            route.ref.tell(Deliver(messages))
+        except pykka.ActorDeadError:
+            # Stopped from outside, its replacement not started yet (or the client is
+            # shutting down): deliver from here rather than lose a closing message.
+            deliver(route.subscriber.target, messages)
+    out.clear()
+
+
+class DeliveryLane:
+    """Shared by the client actor and its connections' reader threads. See the module docstring."""
+
+    __slots__ = ("_backlog", "_lock", "_open_for", "index")
+
+    def __init__(self, index: ListenerIndex[Any]) -> None:
+        self.index = index
+        self._lock = threading.Lock()
+        #: The connection generation the reader may deliver for; None: the lane is shut.
+        self._open_for: int | None = None
+        #: Frame batches handed to the actor and not handled yet.
+        self._backlog = 0
+
+    # -- the reader's side -----------------------------------------------------------------
+
+    def take(self, generation: int, frames: list[Frame], forward: Callable[[list[Frame]], None]) -> None:
+        """Deliver what the reader may deliver itself; ``forward`` the rest to the actor, in order."""
+        with self._lock:
+            if self._backlog or generation != self._open_for:
+                self._forward(forward, frames)
+                return
+            out: Outbox = {}
+            index = self.index
+            for position, frame in enumerate(frames):
+                parts = notification_parts(frame)
+                if parts is None or parts[0] == ACK_METHOD or subscription_id_of(parts[1]) is not None:
+                    # The actor must see this frame after what came before it was delivered.
+                    flush(out)
+                    self._forward(forward, frames[position:])
+                    return
+                dispatch(index, parts[0], parts[1], out)
+            flush(out)
+
+    def _forward(self, forward: Callable[[list[Frame]], None], frames: list[Frame]) -> None:
+        self._backlog += 1
+        forward(frames)
+
+    # -- the actor's side ------------------------------------------------------------------
+
+    def handled(self) -> None:
+        """The actor finished a forwarded batch (and flushed what it produced)."""
+        with self._lock:
+            self._backlog -= 1
+
+    def open_for(self, generation: int | None) -> None:
+        """Let readers of ``generation`` deliver (None shuts the lane)."""
+        if generation != self._open_for:
+            with self._lock:
+                self._open_for = generation
+
+    @property
+    def open_generation(self) -> int | None:
+        return self._open_for
+
+    def index_add(self, key: Hashable, flt: NotificationFilter, entry: Any) -> None:
+        with self._lock:
+            self.index.add(key, flt, entry)
+
+    def index_remove(self, key: Hashable) -> None:
+        if key in self.index:
+            with self._lock:
+                self.index.remove(key)
