@@ -157,6 +157,55 @@ def test_an_sse_reply_delivers_every_message_event_then_the_response(fake_server
     assert [f["params"]["n"] for f in sink.frames[:3]] == [0, 1, 2]
 
 
+class RawSse:
+    """An ASGI app answering every request with one SSE body, written as ``pieces``."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for piece in self.pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.mark.parametrize("pieces", ["whole", "bytewise"])
+def test_every_event_shape_in_an_sse_reply_becomes_the_right_frame(open_transport, pieces: str) -> None:
+    body = (
+        b'data: {"jsonrpc":"2.0","method":"n/plain"}\n\n'
+        b'data:  {"jsonrpc": "2.0", "method": "n/spaced"} \n\n'  # whitespace around the JSON
+        b'event: message\r\ndata: {"jsonrpc":"2.0","method":"n/crlf"}\r\n\r\n'  # the MCP SDK's shape
+        b'id: 4\ndata: {"jsonrpc":"2.0",\ndata: "method":"n/two-lines"}\n\n'
+        b"data: 7\n\n"  # valid JSON, not an object: delivered as it is
+        b"data: [1, 2]\n\n"
+        b"data: {not json\n\n"
+        b"data: \xff\xfe\n\n"
+        b"event: other\ndata: {}\n\n"
+        b"data:\n\n"
+        b'data: {"jsonrpc":"2.0","id":1,"result":{"done":true}}\n\n'
+        b'data: {"jsonrpc":"2.0","method":"n/after-the-response"}\n\n'
+    )
+    chunks = [body] if pieces == "whole" else [bytes([b]) for b in body]
+    with ServerThread(RawSse(chunks)) as server:
+        transport, sink = open_transport(server.url)
+        transport.send(request(1, "test/shapes"))
+        assert sink.response(1)["result"] == {"done": True}
+        frames = sink.frames
+        transport.close()
+    assert [f.get("method") for f in frames[:4]] == ["n/plain", "n/spaced", "n/crlf", "n/two-lines"]
+    assert frames[4] == 7
+    bad = frames[5:8]
+    assert all(isinstance(f, InvalidFrame) for f in bad)
+    assert ["batch" in bad[0].error, "JSON" in bad[1].error, "UTF-8" in bad[2].error] == [True, True, True]
+    assert frames[8] == {"jsonrpc": "2.0", "id": 1, "result": {"done": True}}
+    assert len(frames) == 9
+
+
 def test_events_that_arrive_in_one_read_are_delivered_as_one_batch(fake_server, open_transport) -> None:
     _, url = fake_server(sessions=False)
     transport, sink = open_transport(url)

@@ -4,7 +4,8 @@ Nothing here knows about processes or sockets:
 
 - :func:`encode_message` turns one JSON-RPC message into wire bytes;
 - :class:`LineSplitter` turns a byte stream into decoded frames, line by line;
-- :func:`decode_message` decodes one WebSocket message;
+- :func:`decode_message` decodes one WebSocket message (:func:`decode_text`, one
+  already decoded from UTF-8, e.g. an SSE event's data);
 - :class:`LossLatch` delivers to a sink and reports a loss at most once;
 - :class:`QueueWriter` is the writer thread: callers enqueue, it writes;
 - :func:`join_thread` joins with a timeout and says so when that fails.
@@ -124,6 +125,11 @@ def decode_message(data: bytes | str, max_frame_bytes: int = DEFAULT_MAX_FRAME_B
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return invalid_frame(f"invalid UTF-8: {exc}", data)
+    return decode_text(text)
+
+
+def decode_text(text: str) -> Frame:
+    """Decode one whole message already decoded from UTF-8 (no size cap applied here)."""
     try:
         value, end = _scan_once(text, 0)
     except (StopIteration, *_DECODE_ERRORS):

@@ -121,7 +121,7 @@ import httpx
 from .._errors import TransportError
 from .._protocol._versions import MODERN_VERSIONS
 from ._base import DEFAULT_MAX_FRAME_BYTES, HTTP_ERROR, STREAM_DROPPED, Frame, FrameSink, InvalidFrame, Transport
-from ._framing import decode_message
+from ._framing import decode_message, decode_text, invalid_frame
 from ._sse import SSEEvent, SSEParser
 
 __all__ = ["HTTP_ERROR", "STREAM_DROPPED", "HttpTransport"]
@@ -1004,12 +1004,13 @@ class _Link:
         so the connection can be reused), False when the stream ended first.
         """
         chunks = response.iter_bytes()
+        request_id = post.request_id if post is not None and post.has_id else _NO_REQUEST
         try:
             for chunk in chunks:
-                events = parser.feed(chunk)
-                if not events:
+                items = parser.feed_messages(chunk)
+                if not items:
                     continue
-                frames, done = self._frames(events, post)
+                frames, done = self._frames(items, request_id)
                 if frames:
                     self.deliver(frames, post)
                 if done:
@@ -1022,22 +1023,38 @@ class _Link:
                 logger.debug("SSE stream broke: %s: %s", type(exc).__name__, exc)
         return False
 
-    def _frames(self, events: list[SSEEvent], post: _Post | None) -> tuple[list[Frame], bool]:
+    def _frames(self, items: list[str | SSEEvent], request_id: Any) -> tuple[list[Frame], bool]:
+        """The frames of a read's events, and whether the last one answers ``request_id``.
+
+        Stops at that answer. ``request_id`` is :data:`_NO_REQUEST` when none is awaited.
+        """
         frames: list[Frame] = []
-        for event in events:
-            if event.oversize:
-                frames.append(InvalidFrame(f"SSE event larger than {self.cfg.max_frame_bytes} bytes"))
-                continue
-            if event.event != "message":
-                logger.debug("ignored SSE event of type %r", event.event)
-                continue
-            if not event.data:
-                continue  # a priming event: it only carries an id
-            frame = _decode(event.data)
-            frames.append(frame)
-            if post is not None and post.has_id and _answers(frame, post.request_id):
+        append = frames.append
+        awaited = request_id is not _NO_REQUEST
+        for item in items:
+            if isinstance(item, str):
+                frame = decode_text(item)  # a plain event's data, decoded from UTF-8 by the parser
+                if frame.__class__ is list:
+                    frame = _batch_refused(item)
+            else:
+                frame = self._event_frame(item)
+                if frame is None:
+                    continue
+            append(frame)
+            if awaited and _answers(frame, request_id):
                 return frames, True
         return frames, False
+
+    def _event_frame(self, event: SSEEvent) -> Frame | None:
+        """The frame an event from the parser's general path carries, if any."""
+        if event.oversize:
+            return InvalidFrame(f"SSE event larger than {self.cfg.max_frame_bytes} bytes")
+        if event.event != "message":
+            logger.debug("ignored SSE event of type %r", event.event)
+            return None
+        if not event.data:
+            return None  # a priming event: it only carries an id
+        return _decode(event.data)
 
     def _drain(self, chunks: Iterator[bytes]) -> None:
         """Read the rest of a finished stream, briefly, so its connection is reused.
@@ -1158,8 +1175,16 @@ def _decode(data: bytes) -> Frame:
     """
     value = decode_message(data, len(data))
     if isinstance(value, list):
-        return InvalidFrame("JSON-RPC batches are not accepted", data[:200])
+        return _batch_refused(data)
     return value
+
+
+def _batch_refused(data: bytes | str) -> InvalidFrame:
+    return invalid_frame("JSON-RPC batches are not accepted", data)
+
+
+#: ``_frames``' request id when no response is awaited (None is a valid JSON-RPC id).
+_NO_REQUEST: Final = object()
 
 
 def _answers(frame: Frame, request_id: Any) -> bool:
