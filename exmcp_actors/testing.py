@@ -97,6 +97,11 @@ MODERN_VERSION: Final = "2026-07-28"
 #: The ``_meta`` key that stamps acknowledgments, events and listen results.
 SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
 _PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+_CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+#: Methods that exist only in the legacy era: on a modern connection they are -32601, not a _meta error.
+_LEGACY_ONLY_METHODS: Final = frozenset(
+    {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+)
 
 _PARSE_ERROR: Final = -32700
 _INVALID_REQUEST: Final = -32600
@@ -470,6 +475,11 @@ class FakeConnection:
                     },
                 )
             return
+        if has_id and self.era == "modern" and self._server.check_meta:
+            why = _modern_meta_problem(method, params)
+            if why is not None:
+                self._answer(request_id, error={"code": _INVALID_PARAMS, "message": f"Invalid params: {why}"})
+                return
         if not concurrent:
             self._invoke(handler, message, params)
             return
@@ -814,6 +824,20 @@ def _default_capabilities() -> dict[str, Any]:
     }
 
 
+def _modern_meta_problem(method: str, params: dict[str, Any]) -> str | None:
+    """What a modern request's ``_meta`` envelope lacks, or None when it is complete."""
+    if method == "server/discover" or method in _LEGACY_ONLY_METHODS:
+        return None  # the probe may come bare; legacy-only methods are -32601 anyway
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        return "params._meta is required on every 2026-07-28 request"
+    if meta.get(_PROTOCOL_VERSION_KEY) != MODERN_VERSION:
+        return f"params._meta[{_PROTOCOL_VERSION_KEY!r}] must be {MODERN_VERSION!r}"
+    if not isinstance(meta.get(_CLIENT_CAPABILITIES_KEY), dict):
+        return f"params._meta[{_CLIENT_CAPABILITIES_KEY!r}] must be an object"
+    return None
+
+
 class FakeServer:
     """A scriptable MCP peer for tests; thread-safe, and a context manager.
 
@@ -834,9 +858,14 @@ class FakeServer:
         resources: items for ``resources/list`` (default: one text resource).
         prompts: items for ``prompts/list`` (default: one ``greet`` prompt).
         page_size: paginate the three lists with ``nextCursor`` (default: one page).
+        check_meta: on a modern connection (once ``server/discover`` was
+            answered), answer -32602 to a request whose ``params._meta`` lacks
+            ``io.modelcontextprotocol/protocolVersion`` (the modern version) or
+            ``io.modelcontextprotocol/clientCapabilities`` (an object), as
+            2026-07-28 requires of every request.
 
     The plain attributes ``protocol_version``, ``capabilities``,
-    ``server_info``, ``probe``, ``instructions`` and ``page_size`` may be
+    ``server_info``, ``probe``, ``instructions``, ``page_size`` and ``check_meta`` may be
     changed at any time; they apply to messages handled afterwards.
 
     Built-in methods: ``initialize``, ``ping``, ``server/discover``,
@@ -860,6 +889,7 @@ class FakeServer:
         resources: list[dict[str, Any]] | None = None,
         prompts: list[dict[str, Any]] | None = None,
         page_size: int | None = None,
+        check_meta: bool = True,
     ) -> None:
         if era not in _ERAS:
             raise ValueError(f"era must be one of {_ERAS}, not {era!r}")
@@ -877,6 +907,7 @@ class FakeServer:
         self.probe: Probe = probe
         self.instructions = instructions
         self.page_size = page_size
+        self.check_meta = check_meta
         self._items: dict[str, list[dict[str, Any]]] = {
             "tools": list(tools)
             if tools is not None

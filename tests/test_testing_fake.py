@@ -250,6 +250,45 @@ def test_both_era_server_answers_discover_and_initialize(
     assert peer.call("initialize", {"protocolVersion": "2025-03-26"})["result"]["protocolVersion"] == "2025-03-26"
 
 
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("meta", "named"),
+    [
+        (None, "params._meta is required"),
+        ({"io.modelcontextprotocol/clientCapabilities": {}}, "protocolVersion"),
+        ({**MODERN_META, "io.modelcontextprotocol/protocolVersion": "2025-11-25"}, "protocolVersion"),
+        ({"io.modelcontextprotocol/protocolVersion": MODERN_VERSION}, "clientCapabilities"),
+        ({**MODERN_META, "io.modelcontextprotocol/clientCapabilities": []}, "clientCapabilities"),
+    ],
+)
+def test_a_modern_request_without_its_meta_envelope_is_invalid_params_naming_what_is_missing(
+    make_server: Callable[..., FakeServer], meta: dict[str, Any] | None, named: str
+) -> None:
+    peer = Peer(make_server(era="modern"))
+    assert "result" in peer.call("server/discover")  # the probe may come bare
+    params: dict[str, Any] = {} if meta is None else {"_meta": meta}
+    error = peer.call("tools/list", params)["error"]
+    assert error["code"] == -32602 and named in error["message"], error
+    assert "result" in peer.call("tools/list", {"_meta": MODERN_META})
+    assert peer.call("ping")["error"]["code"] == -32601  # legacy-only: not a _meta question
+
+
+def test_check_meta_can_be_turned_off_and_never_applies_to_legacy_connections(
+    make_server: Callable[..., FakeServer],
+) -> None:
+    relaxed = Peer(make_server(era="modern", check_meta=False))
+    relaxed.call("server/discover")
+    assert "result" in relaxed.call("tools/list")
+    legacy = Peer(make_server(era="both"))
+    legacy.call("initialize", {"protocolVersion": "2025-11-25"})
+    assert "result" in legacy.call("tools/list")
+
+
 def test_set_era_applies_to_the_next_connection(server: FakeServer) -> None:
     peer = Peer(server)
     assert "result" in peer.call("initialize", {"protocolVersion": "2025-11-25"})
