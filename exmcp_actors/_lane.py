@@ -148,10 +148,6 @@ class DeliveryLane:
             with self._lock:
                 self._open_for = generation
 
-    @property
-    def open_generation(self) -> int | None:
-        return self._open_for
-
     def index_add(self, key: Hashable, flt: NotificationFilter, entry: Any) -> None:
         with self._lock:
             self.index.add(key, flt, entry)
