@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import struct
@@ -22,7 +23,7 @@ from helpers_transport import (
     make_tls_files,
     ws_server,
 )
-from websockets.sync.server import Server, ServerConnection, serve
+from websockets.sync.server import ServerConnection, serve
 from websockets.typing import Subprotocol
 
 from exmcp_actors._errors import TransportError
@@ -371,27 +372,29 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
     return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
-def tls_server(handler: Callable[[ServerConnection], None], cert: str, key: str) -> Server:
+@contextlib.contextmanager
+def tls_server(handler: Callable[[ServerConnection], None], cert: str, key: str) -> Iterator[int]:
+    """A wss:// server on 127.0.0.1 running ``handler`` per connection; yields its port."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     protocols = [Subprotocol("mcp")]
-    return serve(handler, "127.0.0.1", 0, ssl=context, subprotocols=protocols, compression=None)
+    server = serve(handler, "127.0.0.1", 0, ssl=context, subprotocols=protocols, compression=None)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.socket.getsockname()[1]
+    finally:
+        server.shutdown()
+        thread.join(WAIT)
 
 
 def test_wss_verifies_certificates_by_default(make: MakeTransport, tls_files: tuple[str, str, str]) -> None:
     _, cert, key = tls_files
-    server = tls_server(echo_handler, cert, key)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"wss://127.0.0.1:{server.socket.getsockname()[1]}/mcp"
-        transport = make(url)
+    with tls_server(echo_handler, cert, key) as port:
+        transport = make(f"wss://127.0.0.1:{port}/mcp")
 
         with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
             transport.open(RecordingSink(), timeout=WAIT)
-    finally:
-        server.shutdown()
-        thread.join(WAIT)
 
 
 def test_wss_with_a_trusted_ca_works_and_batches(make: MakeTransport, tls_files: tuple[str, str, str]) -> None:
@@ -403,19 +406,12 @@ def test_wss_with_a_trusted_ca_works_and_batches(make: MakeTransport, tls_files:
             conn.send(json.dumps({"n": i}))
         echo_handler(conn)
 
-    server = tls_server(handler, cert, key)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"wss://localhost:{server.socket.getsockname()[1]}/mcp"
-        transport, sink = opened(make, url, sslopt={"ca_certs": ca})
+    with tls_server(handler, cert, key) as port:
+        transport, sink = opened(make, f"wss://localhost:{port}/mcp", sslopt={"ca_certs": ca})
         transport.send({"go": True})
 
         assert sink.wait_frames(500) == [{"n": i} for i in range(500)]
         transport.close()
-    finally:
-        server.shutdown()
-        thread.join(WAIT)
 
 
 # -- closing -------------------------------------------------------------------
@@ -549,3 +545,115 @@ def test_a_sink_may_close_the_transport_from_its_loss_callback(
         assert closed.wait(WAIT)
         assert join_exmcp_threads() == []
         assert len(sink.lost) == 1
+
+
+# -- the reader's frame parser against real servers ------------------------------------
+
+
+def test_a_fragmented_message_from_a_real_server_is_reassembled(make: MakeTransport) -> None:
+    def handler(conn: ServerConnection) -> None:
+        conn.recv()
+        conn.send(['{"part":', '"one and', ' two"}'])
+        conn.send([b'{"bin":', b"1}"])
+        conn.send('{"after":1}')
+        echo_handler(conn)
+
+    with ws_server(handler) as (url, _):
+        transport, sink = opened(make, url)
+        transport.send({"go": True})
+
+        assert sink.wait_frames(3) == [{"part": "one and two"}, {"bin": 1}, {"after": 1}]
+
+
+def test_a_server_ping_is_answered_with_a_pong(make: MakeTransport) -> None:
+    def handler(conn: ServerConnection) -> None:
+        conn.recv()
+        pong = conn.ping(b"are you there")
+        conn.send(json.dumps({"pong": pong.wait(WAIT)}))
+        echo_handler(conn)
+
+    with ws_server(handler) as (url, _):
+        transport, sink = opened(make, url, heartbeat_interval=None)
+        transport.send({"go": True})
+
+        assert sink.wait_frames(1) == [{"pong": True}]
+
+
+def mixed_sizes(count: int) -> list[str]:
+    """Messages whose lengths take 7-, 16- and 64-bit length fields."""
+    fillers = ["", "x" * 200, "y" * 70_000]
+    return [json.dumps({"n": i, "f": fillers[i % 7 % 3]}) for i in range(count)]
+
+
+def test_a_burst_of_mixed_sizes_arrives_complete_and_in_order(make: MakeTransport) -> None:
+    messages = mixed_sizes(300)
+
+    def handler(conn: ServerConnection) -> None:
+        conn.recv()
+        for message in messages:
+            conn.send(message)
+        echo_handler(conn)
+
+    with ws_server(handler) as (url, _):
+        transport, sink = opened(make, url)
+        transport.send({"go": True})
+
+        assert sink.wait_frames(300) == [json.loads(m) for m in messages]
+
+
+def test_an_oversized_message_from_a_real_server_is_skipped_and_the_next_one_kept(
+    make: MakeTransport,
+) -> None:
+    def handler(conn: ServerConnection) -> None:
+        conn.recv()
+        conn.send(json.dumps({"big": "x" * 200_000}))
+        conn.send(['{"frag":"', "y" * 600, "z" * 600, '"}'])
+        conn.send('{"after":1}')
+        echo_handler(conn)
+
+    with ws_server(handler) as (url, _):
+        transport, sink = opened(make, url, max_frame_bytes=1000)
+        transport.send({"go": True})
+
+        frames = sink.wait_frames(3)
+        for bad, size in zip(frames[:2], (200_011, 1211), strict=True):
+            assert isinstance(bad, InvalidFrame)
+            assert f"oversized frame: {size} bytes" in bad.error
+            assert 0 < len(bad.raw) <= 200
+        assert frames[2] == {"after": 1}
+
+        transport.send({"still": "open"})
+        assert sink.wait_frames(4)[3] == {"still": "open"}
+
+
+def test_a_protocol_error_from_the_server_is_a_loss(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None)
+
+    raw_peer.send_frames(raw_peer.frame(TEXT, b'{"ok":1}'), b"\x81\x82abcd" + b"xx")  # a masked frame
+
+    assert "protocol error: masked frame" in sink.wait_lost()
+    assert sink.frames == [{"ok": 1}]
+    assert join_exmcp_threads() == []
+
+
+def test_wss_reads_large_fragmented_and_pinged_messages(make: MakeTransport, tls_files: tuple[str, str, str]) -> None:
+    ca, cert, key = tls_files
+    messages = mixed_sizes(200)
+    pong_seen: list[bool] = []
+
+    def handler(conn: ServerConnection) -> None:
+        conn.recv()
+        for message in messages:
+            conn.send(message)
+        pong_seen.append(conn.ping(b"tls ping").wait(WAIT))
+        conn.send(['{"frag":', '"ment', 'ed"}'])
+        echo_handler(conn)
+
+    with tls_server(handler, cert, key) as port:
+        url = f"wss://localhost:{port}/mcp"
+        transport, sink = opened(make, url, sslopt={"ca_certs": ca}, heartbeat_interval=None)
+        transport.send({"go": True})
+
+        assert sink.wait_frames(201) == [*(json.loads(m) for m in messages), {"frag": "mented"}]
+        assert pong_seen == [True]
+        transport.close()

@@ -1,0 +1,295 @@
+"""A sans-IO parser of the frames a WebSocket server sends to a client (RFC 6455).
+
+Feed it the bytes read from the socket; it returns the complete events they
+hold, in order:
+
+- ``(OP_TEXT, payload)`` / ``(OP_BINARY, payload)``: one whole data message,
+  reassembled from its continuation frames;
+- ``(OP_PING, payload)``, ``(OP_PONG, payload)``, ``(OP_CLOSE, payload)``:
+  control frames (they may arrive between the fragments of a message);
+- :class:`Oversized`: a message larger than ``max_frame_bytes``, reported once
+  when it ends; its payload is skipped as it arrives, never held whole;
+- :class:`ProtocolError`: the stream breaks the protocol; nothing more is parsed.
+
+Nothing is parsed after a close frame either. No extension is negotiated by
+this client, so any RSV bit is an error; server frames must not be masked.
+
+It is on the reader's hot path: the common frame (unfragmented, unmasked,
+whole in the buffer) costs a few byte reads and one slice, and the unconsumed
+tail is kept once per ``feed``, not copied per frame. An incomplete frame's
+pieces are kept in a list and joined only once enough bytes have arrived.
+
+Example:
+    >>> p = FrameParser(max_frame_bytes=1024)
+    >>> p.feed(b"\\x81\\x02hi\\x01\\x02a")
+    [(1, b'hi')]
+    >>> p.feed(b"b\\x80\\x01c")
+    [(1, b'abc')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ._base import DEFAULT_MAX_FRAME_BYTES
+from ._framing import RAW_PREVIEW_BYTES
+
+OP_CONT: Final = 0x0
+OP_TEXT: Final = 0x1
+OP_BINARY: Final = 0x2
+OP_CLOSE: Final = 0x8
+OP_PING: Final = 0x9
+OP_PONG: Final = 0xA
+_CONTROL_OPCODES: Final = frozenset((OP_CLOSE, OP_PING, OP_PONG))
+#: Largest control frame payload (RFC 6455 section 5.5).
+MAX_CONTROL_PAYLOAD: Final = 125
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A data message over ``max_frame_bytes``, skipped: its size and first bytes."""
+
+    size: int
+    preview: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolError:
+    """The server broke the protocol; the connection must be dropped."""
+
+    reason: str
+
+
+#: What ``feed`` returns: plain ``(opcode, payload)`` tuples for frames and
+#: messages, or one of the two classes above (not tuples: ``type(e) is tuple`` tells them apart).
+WsEvent = tuple[int, bytes] | Oversized | ProtocolError
+
+
+class FrameParser:
+    """Turns the bytes of a server-to-client WebSocket stream into events (see the module)."""
+
+    __slots__ = (
+        "_done",
+        "_frag",
+        "_frag_len",
+        "_frag_op",
+        "_max",
+        "_need",
+        "_over",
+        "_over_size",
+        "_parts",
+        "_parts_len",
+        "_preview",
+        "_skip",
+        "_skip_fin",
+    )
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._max = max_frame_bytes
+        #: Unparsed bytes (the start of an incomplete frame), and how many are needed.
+        self._parts: list[bytes] = []
+        self._parts_len = 0
+        self._need = 0
+        #: The fragmented message being received: its opcode (0: none) and pieces.
+        self._frag_op = 0
+        self._frag: list[bytes] = []
+        self._frag_len = 0
+        #: The current message is oversized: its size so far and first bytes.
+        self._over = False
+        self._over_size = 0
+        self._preview = b""
+        #: Payload bytes still to skip, and whether that frame ends its message.
+        self._skip = 0
+        self._skip_fin = False
+        #: A close frame or a protocol error ended the stream.
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """A close frame or a protocol error was returned: nothing more will be."""
+        return self._done
+
+    def feed(self, data: bytes) -> list[WsEvent]:
+        """Consume bytes read from the socket; return the events they complete, in order."""
+        events: list[WsEvent] = []
+        if self._done or not data:
+            return events
+        if self._skip:
+            data = self._skip_bytes(data, events)
+            if not data:
+                return events
+        if self._parts:
+            self._parts.append(data)
+            self._parts_len += len(data)
+            if self._parts_len < self._need:
+                return events  # still not enough for the frame waited for
+            data = b"".join(self._parts)
+            self._parts = []
+            self._parts_len = 0
+        self._parse(data, events)
+        return events
+
+    def _parse(self, buf: bytes, events: list[WsEvent]) -> None:
+        pos = 0
+        n = len(buf)
+        max_bytes = self._max
+        append = events.append
+        in_message = self._frag_op != 0
+        need = 0
+        while True:
+            avail = n - pos
+            if avail < 2:
+                need = 2
+                break
+            b0 = buf[pos]
+            b1 = buf[pos + 1]
+            length = b1 & 0x7F
+            if length < 126:
+                hdr = 2
+            elif length == 126:
+                if avail < 4:
+                    need = 4
+                    break
+                length = (buf[pos + 2] << 8) | buf[pos + 3]
+                hdr = 4
+            else:
+                if avail < 10:
+                    need = 10
+                    break
+                length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+                hdr = 10
+            # The common frame: a whole unfragmented text/binary message, unmasked, not too big.
+            if 0x81 <= b0 <= 0x82 and b1 < 0x80 and not in_message and length <= max_bytes:
+                end = pos + hdr + length
+                if end > n:
+                    need = hdr + length
+                    break
+                append((b0 & 0x0F, buf[pos + hdr : end]))
+                pos = end
+                continue
+            new_pos = self._frame(buf, pos, hdr, length, events)
+            if self._done or new_pos == n:
+                pos = n
+                break
+            if new_pos == pos:  # incomplete: _frame set _need
+                need = self._need
+                break
+            pos = new_pos
+            in_message = self._frag_op != 0
+        if pos < n:
+            # Once per feed: keep the tail (no copy when nothing was consumed).
+            tail = buf[pos:] if pos else buf
+            self._parts = [tail]
+            self._parts_len = len(tail)
+            self._need = need
+
+    def _frame(self, buf: bytes, pos: int, hdr: int, length: int, events: list[WsEvent]) -> int:
+        """Any frame but the common one; returns the new position (``pos`` if incomplete)."""
+        b0 = buf[pos]
+        opcode = b0 & 0x0F
+        fin = bool(b0 & 0x80)
+        error = self._check(b0, buf[pos + 1], opcode, fin, length)
+        if error:
+            return self._fail(error, events)
+        start = pos + hdr
+        end = start + length
+        if opcode in _CONTROL_OPCODES:
+            if end > len(buf):
+                self._need = hdr + length
+                return pos
+            events.append((opcode, buf[start:end]))
+            if opcode == OP_CLOSE:
+                self._done = True
+            return end
+        if self._over or self._frag_len + length > self._max:
+            return self._start_skip(buf, start, length, opcode, fin, events)
+        if end > len(buf):
+            self._need = hdr + length
+            return pos
+        self._data_frame(opcode, fin, buf[start:end], events)
+        return end
+
+    def _check(self, b0: int, b1: int, opcode: int, fin: bool, length: int) -> str:
+        """Why this frame header breaks the protocol, or ``""``."""
+        if b1 & 0x80:
+            return "masked frame from the server"
+        if b0 & 0x70:
+            return "reserved bits set without a negotiated extension"
+        if length >> 63:
+            return "64-bit payload length with its most significant bit set"
+        if opcode in _CONTROL_OPCODES:
+            if not fin:
+                return "fragmented control frame"
+            if length > MAX_CONTROL_PAYLOAD:
+                return f"control frame with a {length}-byte payload (at most {MAX_CONTROL_PAYLOAD})"
+            return ""
+        if opcode == OP_CONT:
+            return "" if self._frag_op else "continuation frame without a message to continue"
+        if opcode in (OP_TEXT, OP_BINARY):
+            return "new data frame inside a fragmented message" if self._frag_op else ""
+        return f"unknown opcode {opcode:#x}"
+
+    def _fail(self, reason: str, events: list[WsEvent]) -> int:
+        events.append(ProtocolError(reason))
+        self._done = True
+        self._frag = []
+        return 0
+
+    def _data_frame(self, opcode: int, fin: bool, payload: bytes, events: list[WsEvent]) -> None:
+        """A whole text/binary/continuation frame within the size limit."""
+        if not self._frag_op:
+            if fin:
+                events.append((opcode, payload))
+                return
+            self._frag_op = opcode
+        self._frag.append(payload)
+        self._frag_len += len(payload)
+        if fin:
+            events.append((self._frag_op, b"".join(self._frag)))
+            self._end_message()
+
+    def _start_skip(self, buf: bytes, start: int, length: int, opcode: int, fin: bool, events: list[WsEvent]) -> int:
+        """The message is (now) oversized: skip this frame's payload, from what is here on."""
+        if not self._over:
+            self._over = True
+            self._over_size = self._frag_len
+            self._preview = b"".join(self._frag)[:RAW_PREVIEW_BYTES]
+            self._frag = []  # dropped: the rest of the message is only counted
+            self._frag_len = 0
+            if not self._frag_op:
+                self._frag_op = opcode
+        self._over_size += length
+        take = min(length, len(buf) - start)
+        self._keep_preview(buf[start : start + min(take, RAW_PREVIEW_BYTES)])
+        self._skip = length - take
+        self._skip_fin = fin
+        if not self._skip and fin:
+            self._report_oversized(events)
+        return start + take
+
+    def _skip_bytes(self, data: bytes, events: list[WsEvent]) -> bytes:
+        """Skip the next bytes of an oversized frame's payload; return what follows it."""
+        take = min(self._skip, len(data))
+        self._keep_preview(data[: min(take, RAW_PREVIEW_BYTES)])
+        self._skip -= take
+        if not self._skip and self._skip_fin:
+            self._report_oversized(events)
+        return data[take:] if take < len(data) else b""
+
+    def _keep_preview(self, chunk: bytes) -> None:
+        missing = RAW_PREVIEW_BYTES - len(self._preview)
+        if missing > 0 and chunk:
+            self._preview += chunk[:missing]
+
+    def _report_oversized(self, events: list[WsEvent]) -> None:
+        events.append(Oversized(self._over_size, self._preview))
+        self._end_message()
+
+    def _end_message(self) -> None:
+        self._frag_op = 0
+        self._frag = []
+        self._frag_len = 0
+        self._over = False
+        self._over_size = 0
+        self._preview = b""
