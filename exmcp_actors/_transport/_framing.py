@@ -89,7 +89,7 @@ def decode_lines(block: bytes, out: list[Frame], max_frame_bytes: int) -> None:
         # Some line may be too long: check them one by one (rare path).
         for line in block.split(b"\n"):
             if len(line) > max_frame_bytes:
-                out.append(invalid_frame(_oversized(len(line), max_frame_bytes), line))
+                out.append(invalid_frame(oversized_error(len(line), max_frame_bytes), line))
             else:
                 _decode_line_bytes(line, out)
         return
@@ -120,7 +120,7 @@ def decode_message(data: bytes | str, max_frame_bytes: int = DEFAULT_MAX_FRAME_B
     if isinstance(data, str):  # only if a caller already decoded it
         data = data.encode("utf-8", "surrogatepass")
     if len(data) > max_frame_bytes:
-        return invalid_frame(_oversized(len(data), max_frame_bytes), data)
+        return invalid_frame(oversized_error(len(data), max_frame_bytes), data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -142,7 +142,8 @@ def decode_text(text: str) -> Frame:
     return out[0]
 
 
-def _oversized(size: int | None, limit: int) -> str:
+def oversized_error(size: int | None, limit: int) -> str:
+    """The InvalidFrame error for a frame over the limit (``size`` None: a line still growing)."""
     if size is None:
         return f"oversized frame: line longer than max_frame_bytes={limit}, rest of it skipped"
     return f"oversized frame: {size} bytes, more than max_frame_bytes={limit}"
@@ -219,7 +220,7 @@ class LineSplitter:
         self._parts_len += len(piece)
         if self._parts_len > self._max:
             preview = b"".join(self._parts)[:RAW_PREVIEW_BYTES]
-            out.append(invalid_frame(_oversized(None, self._max), preview))
+            out.append(invalid_frame(oversized_error(None, self._max), preview))
             self._parts = []
             self._parts_len = 0
             self._discarding = True

@@ -51,22 +51,18 @@ from ._framing import (
     ConnectionSlot,
     LossLatch,
     QueueWriter,
-    _oversized,
     decode_message,
     encode_message,
     invalid_frame,
     join_thread,
     logger,
+    oversized_error,
 )
-from ._wsframes import OP_BINARY, OP_CLOSE, OP_PING, FrameParser, Oversized, ProtocolError, WsEvent
+from ._wsframes import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Oversized, ProtocolError, WsEvent
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
 SUBPROTOCOL: Final = "mcp"
 
-_OP_TEXT: Final = websocket.ABNF.OPCODE_TEXT
-_OP_BINARY: Final = OP_BINARY
-_OP_CLOSE: Final = OP_CLOSE
-_OP_PING: Final = OP_PING
 #: One socket read: most of a flood's frames per system call, and what a 64 KiB TCP window holds.
 _READ_SIZE: Final = 65536
 
@@ -295,7 +291,7 @@ class _WsConnection:
         for data in batch:
             if self._ping_due.is_set():
                 self._ping()
-            ws.send(data, _OP_TEXT)
+            ws.send(data, OP_TEXT)
         if self._ping_due.is_set():
             self._ping()
 
@@ -366,17 +362,17 @@ class _WsConnection:
         for event in events:
             if type(event) is tuple:
                 opcode, payload = event
-                if opcode <= _OP_BINARY:
+                if opcode <= OP_BINARY:
                     batch.append(decode_message(payload, max_bytes))
-                elif opcode == _OP_PING:
+                elif opcode == OP_PING:
                     end = self._pong(payload)
                     if end is not None:
                         break
-                elif opcode == _OP_CLOSE:
+                elif opcode == OP_CLOSE:
                     end = self._peer_closed(payload)
                 # pong: liveness only, already counted in last_rx
             elif isinstance(event, Oversized):
-                batch.append(invalid_frame(_oversized(event.size, max_bytes), event.preview))
+                batch.append(invalid_frame(oversized_error(event.size, max_bytes), event.preview))
             elif isinstance(event, ProtocolError):
                 end = f"connection failed: protocol error: {event.reason}"
         if batch:
