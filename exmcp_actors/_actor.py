@@ -562,7 +562,9 @@ class ClientActor(pykka.ThreadingActor):
         self._attempt_failed(error)
 
     def _drop_connection(self) -> None:
-        """Forget the current connection: its late frames and answers are ignored from now on."""
+        """Forget the current connection: its late frames and answers are ignored from now on,
+        by this actor and by the delivery lane alike."""
+        self.lane.open_for(None)
         self.generation += 1
         self.shared.generation = self.generation
         self._fail_pending(ConnectionLost("the connection was lost"))
@@ -633,7 +635,6 @@ class ClientActor(pykka.ThreadingActor):
             self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
             return
         self.shared.status = "reconnecting"
-        self.lane.open_for(None)
         if self.shared.era == "legacy":
             self.paused = True
             for handle_id, entry in self.entries.items():

@@ -119,6 +119,7 @@ import httpcore
 import httpx
 
 from .._errors import TransportError
+from .._protocol._handshake import META_PROTOCOL_VERSION
 from .._protocol._versions import MODERN_VERSIONS
 from ._base import DEFAULT_MAX_FRAME_BYTES, HTTP_ERROR, STREAM_DROPPED, Frame, FrameSink, InvalidFrame, Transport
 from ._framing import decode_message, decode_text, invalid_frame
@@ -129,7 +130,6 @@ __all__ = ["HTTP_ERROR", "STREAM_DROPPED", "HttpTransport"]
 logger = logging.getLogger("exmcp_actors.http")
 
 
-_META_PROTOCOL_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
 #: Method -> params key mirrored in the ``Mcp-Name`` header (modern era).
 _NAME_PARAMS: Final = {
     "tools/call": "name",
@@ -561,7 +561,7 @@ class _Post:
         self.request_id: Any = message.get("id")
         params = message.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
-        version = meta.get(_META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+        version = meta.get(META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
         self.meta_version: str | None = version if isinstance(version, str) else None
         self.modern = era == "modern" or self.meta_version in MODERN_VERSIONS
         name = None
