@@ -36,7 +36,16 @@ from ._errors import (
     UseListen,
 )
 from ._handle import Handle
-from ._lane import ACK_METHOD, DeliveryLane, Outbox, dispatch, flush, notification_parts, subscription_id_of
+from ._lane import (
+    ACK_METHOD,
+    DeliveryLane,
+    Outbox,
+    dispatch,
+    flush,
+    for_a_subscription,
+    notification_parts,
+    subscription_id_of,
+)
 from ._protocol import _jsonrpc as rpc
 from ._protocol._filters import (
     FILTERABLE_METHODS,
@@ -663,7 +672,7 @@ class ClientActor(pykka.ThreadingActor):
                 parts = notification_parts(frame)
                 if parts is None:
                     self._handle_frame(frame, out)
-                elif self.paused or "_meta" in parts[1] or parts[0] == ACK_METHOD:
+                elif self.paused or for_a_subscription(*parts):
                     on_notification(parts[0], parts[1], out)
                 else:
                     dispatch(index, parts[0], parts[1], out)
@@ -713,10 +722,8 @@ class ClientActor(pykka.ThreadingActor):
             future.set_exception(RequestError(msg.code, msg.message, msg.data))
 
     def _on_notification(self, method: str, params: dict[str, Any], out: Outbox) -> None:
-        subscription_id = subscription_id_of(params)
-        if subscription_id is not None or method == ACK_METHOD:
-            # Stamped events belong to modern subscriptions only, never to legacy listeners.
-            self._on_subscription_frame(subscription_id, method, params, out)
+        if for_a_subscription(method, params):
+            self._on_subscription_frame(subscription_id_of(params), method, params, out)
             return
         if self.paused:
             if method in FILTERABLE_METHODS:

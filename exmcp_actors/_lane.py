@@ -67,6 +67,12 @@ def subscription_id_of(params: dict[str, Any]) -> Any:
     return meta.get(META_SUBSCRIPTION_ID) if type(meta) is dict else None
 
 
+def for_a_subscription(method: str, params: dict[str, Any]) -> bool:
+    """Whether a notification belongs to a modern subscription (an acknowledgment, or an event
+    stamped with a subscription id): never to a legacy listener."""
+    return method == ACK_METHOD or subscription_id_of(params) is not None
+
+
 def dispatch(index: ListenerIndex[Any], method: str, params: dict[str, Any], out: Outbox) -> None:
     """Queue a legacy notification for every listener the index says it reaches."""
     for entry in index.reached(method, params):
@@ -117,7 +123,7 @@ class DeliveryLane:
             index = self.index
             for position, frame in enumerate(frames):
                 parts = notification_parts(frame)
-                if parts is None or parts[0] == ACK_METHOD or subscription_id_of(parts[1]) is not None:
+                if parts is None or for_a_subscription(*parts):
                     # The actor must see this frame after what came before it was delivered.
                     flush(out)
                     self._forward(forward, frames[position:])
