@@ -30,13 +30,17 @@ WAIT = 10.0
 class RecordingSink:
     """A FrameSink that records batches and losses, and lets tests wait for them.
 
+    The one recording sink of the transport, HTTP and FakeServer tests.
+
     Args:
         hold_first_batch: if set, the first ``frames_received`` call blocks
             until :attr:`release` is set, so a test can let frames pile up.
+        timeout: how long the ``wait_*`` methods wait by default.
     """
 
-    def __init__(self, *, hold_first_batch: bool = False) -> None:
+    def __init__(self, *, hold_first_batch: bool = False, timeout: float = WAIT) -> None:
         self._cond = threading.Condition()
+        self._timeout = timeout
         self.batches: list[list[Frame]] = []
         self.lost: list[str] = []
         self.lost_event = threading.Event()
@@ -44,6 +48,7 @@ class RecordingSink:
         self.release = threading.Event()
         if not hold_first_batch:
             self.release.set()
+        #: The threads that called the sink.
         self.threads: set[str] = set()
 
     # FrameSink
@@ -59,6 +64,7 @@ class RecordingSink:
 
     def transport_lost(self, reason: str) -> None:
         """Record one loss."""
+        self.threads.add(threading.current_thread().name)
         with self._cond:
             self.lost.append(reason)
             self._cond.notify_all()
@@ -71,17 +77,58 @@ class RecordingSink:
         with self._cond:
             return [frame for batch in self.batches for frame in batch]
 
-    def wait_frames(self, count: int, timeout: float = WAIT) -> list[Frame]:
-        """Wait until at least ``count`` frames arrived; return all of them."""
+    def notifications(self, method: str) -> list[dict[str, Any]]:
+        """The frames so far that are ``method`` notifications."""
+        return [f for f in self.frames if isinstance(f, dict) and f.get("method") == method]
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Whether ``predicate`` (checked whenever the sink is called) held in time."""
         with self._cond:
-            ok = self._cond.wait_for(lambda: sum(map(len, self.batches)) >= count, timeout)
+            return self._cond.wait_for(predicate, self._timeout if timeout is None else timeout)
+
+    def wait_frames(self, count: int, timeout: float | None = None) -> list[Frame]:
+        """Wait until at least ``count`` frames arrived; return all of them."""
+        ok = self.wait_until(lambda: sum(map(len, self.batches)) >= count, timeout)
         frames = self.frames
         assert ok, f"expected {count} frames, got {len(frames)}: {frames[:5]!r}"
         return frames
 
-    def wait_lost(self, timeout: float = WAIT) -> str:
+    def wait_batches(self, count: int, timeout: float | None = None) -> list[list[Frame]]:
+        """Wait until at least ``count`` batches arrived; return all of them."""
+        assert self.wait_until(lambda: len(self.batches) >= count, timeout), self.batches
+        with self._cond:
+            return list(self.batches)
+
+    def wait_frame(self, match: Callable[[Any], bool], timeout: float | None = None) -> Any:
+        """The first recorded frame matching ``match``; AssertionError after ``timeout``."""
+        found: list[Any] = []
+
+        def check() -> bool:
+            found[:] = [f for batch in self.batches for f in batch if match(f)][:1]
+            return bool(found)
+
+        assert self.wait_until(check, timeout), f"no matching frame; got {self.frames!r}"
+        return found[0]
+
+    def wait_response(self, request_id: Any, timeout: float | None = None) -> dict[str, Any]:
+        """The response (a result or an error, not a request) for ``request_id``."""
+        return self.wait_frame(  # type: ignore[no-any-return]
+            lambda f: (
+                isinstance(f, dict)
+                and f.get("id") == request_id
+                and "method" not in f
+                and ("result" in f or "error" in f)
+            ),
+            timeout,
+        )
+
+    def wait_method(self, method: str, timeout: float | None = None) -> dict[str, Any]:
+        """The first frame whose method is ``method``."""
+        return self.wait_frame(lambda f: isinstance(f, dict) and f.get("method") == method, timeout)  # type: ignore[no-any-return]
+
+    def wait_lost(self, timeout: float | None = None) -> str:
         """Wait for the loss and return its reason."""
-        assert self.lost_event.wait(timeout), "transport_lost was not called"
+        assert self.lost_event.wait(self._timeout if timeout is None else timeout), "transport_lost was not called"
         return self.lost[0]
 
 

@@ -7,7 +7,6 @@
   picks a behaviour (``test/json``, ``test/sse``, ``test/long``...); see
   :meth:`FakeMcp._post`. It records every request, and tests wait on its
   state with :meth:`FakeMcp.wait_until` (a condition variable, no sleeps).
-* :class:`RecordingSink` is a FrameSink that records what it is given.
 """
 
 from __future__ import annotations
@@ -407,60 +406,6 @@ class _AbortingResponse(Response):
         )
         await send({"type": "http.response.body", "body": self._first, "more_body": True})
         raise RuntimeError("the fake drops this stream midway")
-
-
-class RecordingSink:
-    """A FrameSink that records batches and losses; tests wait on it."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.batches: list[list[Any]] = []
-        self.lost: list[str] = []
-
-    def frames_received(self, frames: list[Any]) -> None:
-        with self._cond:
-            self.batches.append(list(frames))
-            self._cond.notify_all()
-
-    def transport_lost(self, reason: str) -> None:
-        with self._cond:
-            self.lost.append(reason)
-            self._cond.notify_all()
-
-    @property
-    def frames(self) -> list[Any]:
-        with self._cond:
-            return [f for batch in self.batches for f in batch]
-
-    def wait_until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(predicate, timeout)
-
-    def wait_for_frame(self, match: Callable[[Any], bool], timeout: float = WAIT) -> Any:
-        """The first recorded frame matching ``match``; AssertionError after ``timeout``."""
-        found: list[Any] = []
-
-        def check() -> bool:
-            found[:] = [f for batch in self.batches for f in batch if match(f)][:1]
-            return bool(found)
-
-        with self._cond:
-            assert self._cond.wait_for(check, timeout), f"no matching frame; got {self.frames!r}"
-        return found[0]
-
-    def response(self, request_id: Any, timeout: float = WAIT) -> dict[str, Any]:
-        """The response (result or error) for ``request_id``."""
-        return self.wait_for_frame(  # type: ignore[no-any-return]
-            lambda f: isinstance(f, dict) and f.get("id") == request_id and ("result" in f or "error" in f),
-            timeout,
-        )
-
-    def notifications(self, method: str) -> list[dict[str, Any]]:
-        return [f for f in self.frames if isinstance(f, dict) and f.get("method") == method]
-
-    def wait_lost(self, timeout: float = WAIT) -> str:
-        assert self.wait_until(lambda: bool(self.lost), timeout), "transport_lost was not reported"
-        return self.lost[0]
 
 
 def self_signed_cert(directory: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import websocket
+from helpers_transport import RecordingSink
 
 from exmcp_actors._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
@@ -28,73 +29,12 @@ from exmcp_actors.testing import (
 TIMEOUT = 5.0
 
 
-class RecordingSink:
-    """A FrameSink that records every call and lets the test wait on them."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.batches: list[list[Any]] = []
-        self.lost: list[str] = []
-        self.threads: set[str] = set()
-
-    def frames_received(self, frames: list[Any]) -> None:
-        with self._cond:
-            self.batches.append(list(frames))
-            self.threads.add(threading.current_thread().name)
-            self._cond.notify_all()
-
-    def transport_lost(self, reason: str) -> None:
-        with self._cond:
-            self.lost.append(reason)
-            self.threads.add(threading.current_thread().name)
-            self._cond.notify_all()
-
-    @property
-    def frames(self) -> list[Any]:
-        with self._cond:
-            return [frame for batch in self.batches for frame in batch]
-
-    def wait_frame(self, match: Callable[[Any], bool], timeout: float = TIMEOUT) -> Any:
-        def find() -> Any:
-            for batch in self.batches:
-                for frame in batch:
-                    if match(frame):
-                        return frame
-            return None
-
-        with self._cond:
-            found = self._cond.wait_for(find, timeout)
-        assert found is not None, f"no matching frame; got {self.batches}"
-        return found
-
-    def wait_response(self, request_id: Any, timeout: float = TIMEOUT) -> dict[str, Any]:
-        response: dict[str, Any] = self.wait_frame(
-            lambda f: isinstance(f, dict) and f.get("id") == request_id and "method" not in f,
-            timeout,
-        )
-        return response
-
-    def wait_method(self, method: str, timeout: float = TIMEOUT) -> dict[str, Any]:
-        frame: dict[str, Any] = self.wait_frame(lambda f: isinstance(f, dict) and f.get("method") == method, timeout)
-        return frame
-
-    def wait_batches(self, n: int, timeout: float = TIMEOUT) -> list[list[Any]]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.batches) >= n, timeout), self.batches
-            return list(self.batches)
-
-    def wait_lost(self, timeout: float = TIMEOUT) -> list[str]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: bool(self.lost), timeout), "transport_lost never called"
-            return list(self.lost)
-
-
 class Peer:
     """A minimal client: a MemoryTransport, a RecordingSink and an id counter."""
 
     def __init__(self, server: FakeServer, **transport_options: Any) -> None:
         self.transport: MemoryTransport = server.transport(**transport_options)
-        self.sink = RecordingSink()
+        self.sink = RecordingSink(timeout=TIMEOUT)
         self._ids = itertools.count(1)
         self.transport.open(self.sink, timeout=TIMEOUT)
 
@@ -487,7 +427,7 @@ def test_send_raw_gives_an_invalid_frame(server: FakeServer) -> None:
 def test_frames_over_the_transport_limit_are_invalid(server: FakeServer) -> None:
     transport = server.transport()
     transport.max_frame_bytes = 64
-    sink = RecordingSink()
+    sink = RecordingSink(timeout=TIMEOUT)
     transport.open(sink, timeout=TIMEOUT)
     server.notify("big", {"data": "x" * 100})
     [frame] = sink.wait_batches(1)[0]
@@ -664,7 +604,7 @@ def test_drop_delivers_queued_frames_then_transport_lost_once(
     peer = Peer(server)
     server.notify("before")
     server.drop("boom")
-    assert peer.sink.wait_lost() == ["boom"]
+    assert peer.sink.wait_lost() == "boom" and peer.sink.lost == ["boom"]
     assert peer.sink.frames == [{"jsonrpc": "2.0", "method": "before"}]
     with pytest.raises(TransportError):
         peer.transport.send({"jsonrpc": "2.0", "method": "x"})
@@ -681,7 +621,7 @@ def test_reopening_after_a_drop_makes_a_new_connection(server: FakeServer) -> No
     peer = Peer(server)
     server.drop()
     peer.sink.wait_lost()
-    sink = RecordingSink()
+    sink = RecordingSink(timeout=TIMEOUT)
     peer.transport.open(sink, timeout=TIMEOUT)
     assert server.wait_connections(2).number == 2
     peer.transport.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
@@ -754,7 +694,7 @@ def test_server_close_loses_open_connections_and_refuses_new_ones(
 ) -> None:
     peer = Peer(server)
     server.close()
-    assert peer.sink.wait_lost() == ["FakeServer closed"]
+    assert peer.sink.wait_lost() == "FakeServer closed" and peer.sink.lost == ["FakeServer closed"]
     assert server.connection().closed_by == "server"
     with pytest.raises(TransportError):
         server.transport().open(RecordingSink(), timeout=TIMEOUT)

@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from http_fakes import WAIT, FakeMcp, RecordingSink, ServerThread, self_signed_cert
+from helpers_transport import RecordingSink
+from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
 
 from exmcp_actors._errors import TransportError
 from exmcp_actors._transport import _http as http_module
@@ -107,7 +108,7 @@ def fake_server() -> Iterator[Callable[..., tuple[FakeMcp, str]]]:
 
 def start_legacy_session(transport: HttpTransport, sink: RecordingSink, fake: FakeMcp | None = None) -> dict[str, Any]:
     transport.send(initialize())
-    result = sink.response("init")
+    result = sink.wait_response("init")
     transport.send(notification("notifications/initialized"))
     if fake is not None:
         assert fake.wait_until(lambda: bool(fake.posted("notifications/initialized")))
@@ -136,7 +137,7 @@ def test_a_json_reply_is_delivered_and_the_post_carries_the_mcp_headers(fake_ser
 
     transport.send(request(1, "test/json", {"a": 1}))
 
-    assert sink.response(1) == {"jsonrpc": "2.0", "id": 1, "result": {"echo": {"a": 1}}}
+    assert sink.wait_response(1) == {"jsonrpc": "2.0", "id": 1, "result": {"echo": {"a": 1}}}
     headers = fake.posted("test/json")[0].headers
     assert headers["accept"] == "application/json, text/event-stream"
     assert headers["content-type"] == "application/json"
@@ -150,7 +151,7 @@ def test_an_sse_reply_delivers_every_message_event_then_the_response(fake_server
 
     transport.send(request("s", "test/sse", {"count": 3}))
 
-    sink.response("s")
+    sink.wait_response("s")
     methods = [f.get("method") or f.get("result") for f in sink.frames]
     # The comment and the event of another type are skipped.
     assert methods == ["notifications/message"] * 3 + [{"count": 3}]
@@ -194,7 +195,7 @@ def test_every_event_shape_in_an_sse_reply_becomes_the_right_frame(open_transpor
     with ServerThread(RawSse(chunks)) as server:
         transport, sink = open_transport(server.url)
         transport.send(request(1, "test/shapes"))
-        assert sink.response(1)["result"] == {"done": True}
+        assert sink.wait_response(1)["result"] == {"done": True}
         frames = sink.frames
         transport.close()
     assert [f.get("method") for f in frames[:4]] == ["n/plain", "n/spaced", "n/crlf", "n/two-lines"]
@@ -212,7 +213,7 @@ def test_events_that_arrive_in_one_read_are_delivered_as_one_batch(fake_server, 
 
     transport.send(request(7, "test/sse", {"count": 4, "one_chunk": True}))
 
-    sink.response(7)
+    sink.wait_response(7)
     assert [len(b) for b in sink.batches] == [5]
 
 
@@ -223,7 +224,7 @@ def test_a_stream_left_open_after_its_response_is_ended_by_the_client(fake_serve
 
     transport.send(request(8, "test/sse", {"count": 1, "linger": True}))
 
-    sink.response(8)
+    sink.wait_response(8)
     assert quiet(transport)  # the worker gave up the lingering body
 
 
@@ -234,12 +235,12 @@ def test_a_notification_is_posted_before_a_request_sent_after_it(fake_server, op
     transport.send(notification("notifications/initialized"))
     transport.send(request(2, "test/json"))
 
-    sink.response(2)
+    sink.wait_response(2)
     assert [p.body.get("method") for p in fake.posts] == [
         "notifications/initialized",
         "test/json",
     ]
-    assert sink.frames == [sink.response(2)]  # the 202 delivered nothing
+    assert sink.frames == [sink.wait_response(2)]  # the 202 delivered nothing
 
 
 def test_many_concurrent_requests_are_all_answered(fake_server, open_transport) -> None:
@@ -250,7 +251,7 @@ def test_many_concurrent_requests_are_all_answered(fake_server, open_transport) 
         transport.send(request(n, "test/sse" if n % 2 else "test/json", {"count": 1}))
 
     for n in range(40):
-        sink.response(n)
+        sink.wait_response(n)
     assert quiet(transport)
 
 
@@ -262,7 +263,7 @@ def test_the_session_id_from_initialize_is_sent_on_later_messages(fake_server, o
     transport.negotiated(LEGACY, "legacy")
     transport.send(request(3, "test/json"))
 
-    sink.response(3)
+    sink.wait_response(3)
     init, initialized, later = (
         fake.posts[0].headers,
         fake.posts[1].headers,
@@ -281,12 +282,12 @@ def test_a_modern_request_carries_version_method_and_name_headers(fake_server, o
 
     # The probe: nothing negotiated yet, the version comes from _meta.
     transport.send(request("d", "server/discover", modern=True))
-    sink.response("d")
+    sink.wait_response("d")
     transport.negotiated(MODERN, "modern")
     transport.send(request(1, "tools/call", {"name": "café", "arguments": {}}, modern=True))
     transport.send(request(2, "resources/read", {"uri": "file:///a b"}, modern=True))
-    sink.response(1)
-    sink.response(2)
+    sink.wait_response(1)
+    sink.wait_response(2)
 
     probe = fake.posted("server/discover")[0].headers
     assert probe["mcp-protocol-version"] == MODERN
@@ -312,7 +313,7 @@ def test_a_legacy_server_refusing_the_probe_yields_an_http_error_response(
 
     transport.send(request("probe", "server/discover", modern=True))
 
-    error = sink.response("probe")["error"]
+    error = sink.wait_response("probe")["error"]
     assert error["code"] == HTTP_ERROR
     assert error["message"].startswith(f"HTTP {status} ")
     assert error["data"] == {"httpStatus": status, "body": f"no such thing ({status})"}
@@ -327,7 +328,7 @@ def test_a_json_rpc_error_body_is_forwarded_with_the_request_id(fake_server, ope
 
     transport.send(request(4, "test/status", {"status": 400, "rpc": True}))
 
-    assert sink.response(4) == {
+    assert sink.wait_response(4) == {
         "jsonrpc": "2.0",
         "id": 4,
         "error": {"code": -32602, "message": "bad params"},
@@ -340,7 +341,7 @@ def test_an_http_error_with_a_text_body_is_quoted(fake_server, open_transport) -
 
     transport.send(request(5, "test/status", {"status": 500, "body": "boom" * 500}))
 
-    error = sink.response(5)["error"]
+    error = sink.wait_response(5)["error"]
     assert error["message"] == "HTTP 500 Internal Server Error"
     assert error["data"]["httpStatus"] == 500
     assert error["data"]["body"] == ("boom" * 500)[:1000]
@@ -352,7 +353,7 @@ def test_a_202_for_a_request_is_an_error(fake_server, open_transport) -> None:
 
     transport.send(request(6, "test/accepted"))
 
-    error = sink.response(6)["error"]
+    error = sink.wait_response(6)["error"]
     assert error["code"] == HTTP_ERROR
     assert error["data"] == {"httpStatus": 202}
 
@@ -363,7 +364,7 @@ def test_a_batch_body_is_an_invalid_frame(fake_server, open_transport) -> None:
 
     transport.send(request(9, "test/batch"))
 
-    sink.response(9)
+    sink.wait_response(9)
     bad, error = sink.batches[0]
     assert isinstance(bad, InvalidFrame) and "batch" in bad.error
     assert error["error"]["code"] == HTTP_ERROR
@@ -375,7 +376,7 @@ def test_an_oversized_event_is_an_invalid_frame_and_the_stream_goes_on(fake_serv
 
     transport.send(request(10, "test/big", {"size": 50_000}))
 
-    assert sink.response(10)["result"] == {"after": "big"}
+    assert sink.wait_response(10)["result"] == {"after": "big"}
     assert isinstance(sink.frames[0], InvalidFrame)
 
 
@@ -388,7 +389,7 @@ def test_a_404_on_a_session_reports_the_session_expired_after_the_error(fake_ser
     transport.send(request(11, "test/json"))
 
     assert sink.wait_lost() == "session expired (404)"
-    error = sink.response(11)["error"]
+    error = sink.wait_response(11)["error"]
     assert error["code"] == -32600 and error["message"] == "Session not found"
     assert sink.frames[-1]["id"] == 11  # delivered before the loss, nothing after
     with pytest.raises(TransportError):
@@ -402,9 +403,9 @@ def test_a_404_naming_the_request_id_is_a_method_error_not_a_lost_session(fake_s
 
     transport.send(request(13, "no/such/method"))
 
-    assert sink.response(13)["error"]["code"] == -32601
+    assert sink.wait_response(13)["error"]["code"] == -32601
     transport.send(request(14, "test/json"))
-    sink.response(14)
+    sink.wait_response(14)
     assert sink.lost == []
 
 
@@ -415,7 +416,7 @@ def test_an_unreachable_server_fails_the_request_and_loses_the_transport(
 
     transport.send(request(15, "server/discover", modern=True))
 
-    error = sink.response(15)["error"]
+    error = sink.wait_response(15)["error"]
     assert error["code"] == HTTP_ERROR
     assert error["data"]["transportError"].startswith("ConnectError")
     assert sink.wait_lost().startswith("server unreachable")
@@ -435,7 +436,7 @@ def test_a_stream_ending_before_its_response_reports_stream_dropped(
 
     transport.send(request("listen-1", method, modern=modern))
 
-    error = sink.response("listen-1")["error"]
+    error = sink.wait_response("listen-1")["error"]
     assert error == {
         "code": STREAM_DROPPED,
         "message": "stream dropped",
@@ -452,7 +453,7 @@ def test_a_legacy_stream_with_event_ids_is_resumed_with_a_get(fake_server, open_
 
     transport.send(request(16, "test/resumable"))
 
-    assert sink.response(16)["result"] == {"resumed": True}
+    assert sink.wait_response(16)["result"] == {"resumed": True}
     resume = fake.gets[-1].headers
     assert resume["last-event-id"] == "r1"
     assert resume["mcp-session-id"] == "session-1"
@@ -464,7 +465,7 @@ def test_cancel_stream_closes_a_modern_listen_stream(fake_server, open_transport
     transport.negotiated(MODERN, "modern")
 
     transport.send(request("listen-2", "subscriptions/listen", {"notifications": {}}, modern=True))
-    sink.wait_for_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+    sink.wait_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
 
     assert transport.cancel_stream("listen-2") is True
     assert fake.wait_until(lambda: fake.disconnected == ["listen-2"])
@@ -479,7 +480,7 @@ def test_cancel_stream_aborts_a_legacy_stream_but_asks_for_a_cancel_notification
     start_legacy_session(transport, sink)
 
     transport.send(request(17, "test/long"))
-    sink.wait_for_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+    sink.wait_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
 
     assert transport.cancel_stream(17) is False
     assert fake.wait_until(lambda: fake.disconnected == [17])
@@ -496,7 +497,7 @@ def test_cancel_stream_interrupts_a_request_still_waiting_for_its_headers(fake_s
     assert quiet(transport)  # the worker was unblocked although no byte came back
     fake.release()
     transport.send(request(18, "test/json"))
-    sink.response(18)
+    sink.wait_response(18)
     assert [f for f in sink.frames if f.get("id") == "slow"] == []
 
 
@@ -547,7 +548,7 @@ def test_a_server_without_a_get_stream_is_fine(fake_server, open_transport) -> N
     assert not link.get_thread.is_alive()
     assert len(fake.gets) == 1
     transport.send(request(19, "test/json"))
-    sink.response(19)
+    sink.wait_response(19)
     assert sink.lost == []
 
 
@@ -575,7 +576,7 @@ def test_close_deletes_the_session_ends_every_stream_and_is_idempotent(fake_serv
     start_legacy_session(transport, sink)
     transport.negotiated(LEGACY, "legacy")
     transport.send(request(20, "test/long"))
-    sink.wait_for_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+    sink.wait_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
     assert fake.wait_until(lambda: fake.get_streams_open == 1)
 
     transport.close()
@@ -599,10 +600,10 @@ def test_open_again_starts_without_the_old_session(fake_server, open_transport) 
     second = RecordingSink()
     transport.open(second, timeout=5)
     transport.send(initialize("init-2"))
-    second.response("init-2")
+    second.wait_response("init-2")
 
     assert "mcp-session-id" not in fake.posted("initialize")[1].headers
-    assert sink.frames == [sink.response("init")]  # the old sink got nothing new
+    assert sink.frames == [sink.wait_response("init")]  # the old sink got nothing new
 
 
 def test_send_before_open_raises() -> None:
@@ -698,15 +699,15 @@ def test_the_sdk_server_in_the_legacy_era(sdk_server, open_transport, get_stream
     assert result["protocolVersion"] == LEGACY
     transport.negotiated(LEGACY, "legacy")
     transport.send(request(1, "tools/list"))
-    assert [t["name"] for t in sink.response(1)["result"]["tools"]] == ["poke"]
+    assert [t["name"] for t in sink.wait_response(1)["result"]["tools"]] == ["poke"]
     transport.send(request(2, "resources/subscribe", {"uri": "file:///watched.txt"}))
-    assert sink.response(2)["result"] == {}
+    assert sink.wait_response(2)["result"] == {}
     assert get_stream_connected.wait(WAIT)
 
     transport.send(request(3, "tools/call", {"name": "poke", "arguments": {}}))
 
-    assert sink.response(3)["result"]["content"][0]["text"] == "poked"
-    updated = sink.wait_for_frame(lambda f: f.get("method") == "notifications/resources/updated")
+    assert sink.wait_response(3)["result"]["content"][0]["text"] == "poked"
+    updated = sink.wait_frame(lambda f: f.get("method") == "notifications/resources/updated")
     assert updated["params"]["uri"] == "file:///watched.txt"
     assert sink.lost == []
 
@@ -715,18 +716,18 @@ def test_the_sdk_server_in_the_modern_era(sdk_server, open_transport) -> None:
     transport, sink = open_transport(sdk_server)
 
     transport.send(request("discover", "server/discover", modern=True))
-    assert MODERN in sink.response("discover")["result"]["supportedVersions"]
+    assert MODERN in sink.wait_response("discover")["result"]["supportedVersions"]
     transport.negotiated(MODERN, "modern")
     transport.send(request(1, "resources/read", {"uri": "file:///watched.txt"}, modern=True))
-    assert sink.response(1)["result"]["contents"][0]["text"] == "hello"
+    assert sink.wait_response(1)["result"]["contents"][0]["text"] == "hello"
 
     listen = {"notifications": {"resourceSubscriptions": ["file:///watched.txt"]}}
     transport.send(request("listen-1", "subscriptions/listen", listen, modern=True))
-    ack = sink.wait_for_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+    ack = sink.wait_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
     assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
     transport.send(request(2, "tools/call", {"name": "poke", "arguments": {}}, modern=True))
-    assert sink.response(2)["result"]["content"][0]["text"] == "poked"
-    updated = sink.wait_for_frame(lambda f: f.get("method") == "notifications/resources/updated")
+    assert sink.wait_response(2)["result"]["content"][0]["text"] == "poked"
+    updated = sink.wait_frame(lambda f: f.get("method") == "notifications/resources/updated")
     assert updated["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
 
     assert transport.cancel_stream("listen-1") is True
@@ -802,7 +803,7 @@ def test_an_oversized_json_body_is_an_invalid_frame_and_an_error(fake_server, op
 
     transport.send(request(30, "test/json", {"pad": "x" * 200}))
 
-    sink.response(30)
+    sink.wait_response(30)
     bad, error = sink.batches[0]
     assert isinstance(bad, InvalidFrame) and "larger than 50" in bad.error
     assert error["id"] == 30 and error["error"]["code"] == HTTP_ERROR
@@ -816,7 +817,7 @@ def test_requests_in_the_modern_era_carry_mcp_method_without_meta(fake_server, o
     transport.send(request(31, "tools/list"))
     transport.send(notification("notifications/cancelled", {"requestId": 31}))
 
-    sink.response(31)
+    sink.wait_response(31)
     assert fake.wait_until(lambda: len(fake.posts) == 2)
     for post in fake.posts:
         assert post.headers["mcp-protocol-version"] == MODERN
@@ -837,9 +838,9 @@ def test_over_tls_requests_work_and_cancel_stream_still_interrupts_the_read(tmp_
     with ServerThread(fake, tls=(cert, key)) as server:
         transport, sink = open_transport(server.url, verify=cert)
         transport.send(request(1, "test/json"))
-        assert sink.response(1)["result"] == {"echo": {}}
+        assert sink.wait_response(1)["result"] == {"echo": {}}
         transport.send(request("listen", "subscriptions/listen", modern=True))
-        sink.wait_for_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+        sink.wait_frame(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
 
         assert transport.cancel_stream("listen") is True
         assert fake.wait_until(lambda: fake.disconnected == ["listen"])
