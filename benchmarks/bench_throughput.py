@@ -189,6 +189,21 @@ def compare_cpu(bench_case: str, results: Results, name: str, against: str, labe
     )
 
 
+def flood_rows(case: str, raw_label: str, r: Results, n_sdk: int | None = None) -> list[Row]:
+    """The rows and goals of one flood-server case: the raw reader alone, then the library
+    against it (and against the SDK client, when ``n_sdk`` of its messages were measured)."""
+    rows = [alone(f"{case}: {raw_label}", r, "raw")]
+    if n_sdk is not None:
+        rows.append(compare(f"{case}: SDK client ({n_sdk:,} of them)", r, "sdk", "raw", "raw"))
+    rows.append(compare(f"{case}: exmcp_actors", r, "lib", "raw", "raw", ">= 0.6x raw", 0.6))
+    if n_sdk is not None:
+        rows.append(compare(f"{case}: exmcp_actors", r, "lib", "sdk", "SDK client", "> 1.0x SDK", 1.0))
+    rows.append(compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "raw", "raw"))
+    if n_sdk is not None:
+        rows.append(compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "sdk", "SDK client"))
+    return rows
+
+
 def alone(bench_case: str, results: Results, name: str, note: str = "") -> Row:
     values = results.rates[name]
     return Row(NAME, bench_case, median(values), "msg/s", note=", ".join(x for x in (note, spread(values)) if x))
@@ -206,8 +221,6 @@ def run(quick: bool = False) -> list[Row]:
     n_rounds = 1 if quick else 5  # flood server: cheap rounds, the goal sits near its threshold
     n_sdk_rounds = 1 if quick else 3  # SDK server: each round starts a slow-starting server
     rows: list[Row] = []
-    raw_goal = ">= 0.6x raw"
-    sdk_goal = "> 1.0x SDK"
 
     # -- flood server, stdio ------------------------------------------------------
     say(f"{NAME}: flood server over stdio, {n_fast:,} updates x {n_rounds}")
@@ -221,14 +234,7 @@ def run(quick: bool = False) -> list[Row]:
         },
     )
     case = f"stdio, flood server, {n_fast:,} msgs x {n_rounds}"
-    rows += [
-        alone(f"{case}: raw readline+json.loads", r, "raw"),
-        compare(f"{case}: SDK client ({n_fast_sdk:,} of them)", r, "sdk", "raw", "raw"),
-        compare(f"{case}: exmcp_actors", r, "lib", "raw", "raw", raw_goal, 0.6),
-        compare(f"{case}: exmcp_actors", r, "lib", "sdk", "SDK client", sdk_goal, 1.0),
-        compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "raw", "raw"),
-        compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "sdk", "SDK client"),
-    ]
+    rows += flood_rows(case, "raw readline+json.loads", r, n_fast_sdk)
 
     # -- flood server, WebSocket -------------------------------------------------
     say(f"{NAME}: flood server over WebSocket, {n_fast:,} updates x {n_rounds}")
@@ -241,12 +247,9 @@ def run(quick: bool = False) -> list[Row]:
                 "lib": lambda: lib_rate(url, URI, n_fast, warm=False),
             },
         )
+    # No SDK rows: mcp 2.x has no WebSocket client.
     case = f"WebSocket, flood server, {n_fast:,} msgs x {n_rounds}"
-    rows += [
-        alone(f"{case}: raw websocket-client recv+json.loads", r, "raw"),
-        compare(f"{case}: exmcp_actors", r, "lib", "raw", "raw", raw_goal, 0.6),
-        compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "raw", "raw"),
-    ]  # no SDK row: mcp 2.x has no WebSocket client
+    rows += flood_rows(case, "raw websocket-client recv+json.loads", r)
 
     # -- flood server, Streamable HTTP ---------------------------------------------
     say(f"{NAME}: flood server over Streamable HTTP, {n_fast:,} updates x {n_rounds}")
@@ -261,14 +264,7 @@ def run(quick: bool = False) -> list[Row]:
             },
         )
     case = f"HTTP, flood server, {n_fast:,} msgs x {n_rounds}"
-    rows += [
-        alone(f"{case}: raw httpx GET stream+SSE split+json.loads", r, "raw"),
-        compare(f"{case}: SDK client ({n_fast_sdk:,} of them)", r, "sdk", "raw", "raw"),
-        compare(f"{case}: exmcp_actors", r, "lib", "raw", "raw", raw_goal, 0.6),
-        compare(f"{case}: exmcp_actors", r, "lib", "sdk", "SDK client", sdk_goal, 1.0),
-        compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "raw", "raw"),
-        compare_cpu(f"{case}: exmcp_actors client CPU", r, "lib", "sdk", "SDK client"),
-    ]
+    rows += flood_rows(case, "raw httpx GET stream+SSE split+json.loads", r, n_fast_sdk)
 
     # -- SDK server, stdio: server-bound, no goal ----------------------------------
     say(f"{NAME}: SDK server flood tool over stdio, {n_sdk:,} updates x {n_sdk_rounds}")
