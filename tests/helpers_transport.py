@@ -132,6 +132,25 @@ class RecordingSink:
         return self.lost[0]
 
 
+def send_from_four_threads_and_check_order(transport: Any, sink: RecordingSink) -> None:
+    """Four threads send 250 messages each through an echoing peer: all 1,000 come back,
+    and each thread's messages keep their order."""
+
+    def sender(k: int) -> None:
+        for i in range(250):
+            transport.send({"k": k, "i": i})
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+
+    frames = sink.wait_frames(1000)
+    for k in range(4):
+        assert [f["i"] for f in frames if f["k"] == k] == list(range(250))
+
+
 class LogWaiter(logging.Handler):
     """A logging handler that lets a test wait for a record containing some text."""
 

@@ -27,6 +27,7 @@ from helpers_transport import (
     invalid,
     join_exmcp_threads,
     py,
+    send_from_four_threads_and_check_order,
     writes,
 )
 
@@ -209,20 +210,7 @@ def test_send_never_blocks_on_a_child_that_does_not_read(make: MakeTransport) ->
 
 def test_many_threads_may_send_at_once(make: MakeTransport) -> None:
     transport, sink = opened(make, ECHO)
-
-    def sender(k: int) -> None:
-        for i in range(250):
-            transport.send({"k": k, "i": i})
-
-    threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT)
-
-    frames = sink.wait_frames(1000)
-    for k in range(4):
-        assert [f["i"] for f in frames if f["k"] == k] == list(range(250))
+    send_from_four_threads_and_check_order(transport, sink)
 
 
 def test_a_message_json_cannot_encode_raises_type_error(make: MakeTransport) -> None:

@@ -21,6 +21,7 @@ from helpers_transport import (
     exmcp_threads,
     join_exmcp_threads,
     make_tls_files,
+    send_from_four_threads_and_check_order,
     ws_server,
 )
 from websockets.sync.server import ServerConnection, serve
@@ -118,20 +119,7 @@ def test_messages_go_out_as_compact_text_frames(make: MakeTransport, raw_peer: R
 def test_many_threads_may_send_at_once(make: MakeTransport) -> None:
     with ws_server(echo_handler) as (url, _):
         transport, sink = opened(make, url)
-
-        def sender(k: int) -> None:
-            for i in range(250):
-                transport.send({"k": k, "i": i})
-
-        threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(WAIT)
-
-        frames = sink.wait_frames(1000)
-        for k in range(4):
-            assert [f["i"] for f in frames if f["k"] == k] == list(range(250))
+        send_from_four_threads_and_check_order(transport, sink)
 
 
 def test_a_burst_from_a_server_arrives_complete_and_in_order(
