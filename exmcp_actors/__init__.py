@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 
-from ._backoff import Backoff
 from ._client import Client, connect
-from ._errors import (
+from ._listener import Listener
+from ._protocol._backoff import Backoff
+from ._protocol._errors import (
     ConnectError,
     ConnectionLost,
     Error,
@@ -33,8 +34,7 @@ from ._errors import (
     TransportError,
     UseListen,
 )
-from ._listener import Listener
-from ._messages import (
+from ._protocol._messages import (
     Closed,
     Notification,
     Reconnected,

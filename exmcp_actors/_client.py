@@ -14,31 +14,30 @@ from typing import Any
 
 import pykka
 
-from ._actor import (
+from ._client_actor import ClientActor, Config, Disconnect, InspectClient, SharedState, Start
+from ._handle import Handle
+from ._inbox import Inbox
+from ._listener import Listener
+from ._protocol._backoff import Backoff
+from ._protocol._errors import ConnectError, Error, NotConnected, ProtocolError, RequestTimeout, UseListen
+from ._protocol._events import (
     AbandonListener,
+    Acquire,
     ActivateListener,
     CancelRequest,
     CancelSubscription,
-    ClientActor,
-    Config,
-    Disconnect,
-    InspectClient,
     OpenSubscription,
     RegisterListener,
+    Release,
     RemoveHandle,
     SendRequest,
-    SharedState,
-    Start,
 )
-from ._backoff import Backoff
-from ._errors import ConnectError, Error, NotConnected, ProtocolError, RequestTimeout, UseListen
-from ._handle import Handle
-from ._listener import Listener
 from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
-from ._refcount import Acquire, Inspect, RefcountWorker, Release
-from ._subscriber import Inbox, Subscriber, resolve_subscriber
+from ._protocol._session import SessionConfig
+from ._refcount_worker import Inspect, RefcountWorker
+from ._subscriber_proxy import Subscriber, resolve_subscriber
 from ._subscription import Subscription, Watch
 from ._transport._base import Transport
 
@@ -499,16 +498,15 @@ def connect(
         raise TypeError(f"backoff must be a Backoff, got {type(backoff).__name__}")
     if client_info is not None and not (isinstance(client_info, dict) and isinstance(client_info.get("name"), str)):
         raise ValueError(f"client_info must be a dict with a 'name' string, got {client_info!r}")
-    config = Config(
-        transport=make_transport(transport),
+    session = SessionConfig(
         mode=protocol,
         reconnect=bool(reconnect),
         max_reconnect_attempts=max_reconnect_attempts,
         backoff=backoff or Backoff(),
-        connect_timeout=_check_timeout("connect_timeout", connect_timeout),
         probe_timeout=_check_timeout("probe_timeout", probe_timeout),
         client_info=dict(client_info or DEFAULT_CLIENT_INFO),
     )
+    config = Config(make_transport(transport), _check_timeout("connect_timeout", connect_timeout), session)
     request_wait = _check_timeout("request_timeout", request_timeout)
     name = f"c{next(_client_numbers)}"
     shared = SharedState()
@@ -520,7 +518,7 @@ def connect(
     client._worker = worker
     ref.tell(Start(worker, client._snapshot))
     # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
-    deadline = config.connect_timeout * 2 + config.probe_timeout + 1.0
+    deadline = config.connect_timeout * 2 + session.probe_timeout + 1.0
     if not shared.ready.wait(deadline):
         client.disconnect()
         raise ConnectError(f"no connection to {config.transport.describe()} within {deadline:.1f}s", reason="timeout")

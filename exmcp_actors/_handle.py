@@ -6,10 +6,10 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
-from ._errors import ListenerNotFound, NotConnected
-from ._messages import FINAL_TAGS
+from ._inbox import Inbox
+from ._protocol._errors import ListenerNotFound, NotConnected
 from ._protocol._filters import NotificationFilter
-from ._subscriber import Inbox
+from ._protocol._messages import FINAL_TAGS
 
 
 class Handle:

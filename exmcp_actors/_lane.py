@@ -27,60 +27,15 @@ from typing import Any
 
 import pykka
 
-from . import _messages as m
+from ._inbox import Inbox, land
+from ._protocol._events import Outbox
 from ._protocol._filters import NotificationFilter
-from ._protocol._handshake import META_SUBSCRIPTION_ID
-from ._protocol._index import ListenerIndex
-from ._subscriber import Deliver, Inbox, deliver, land
-from ._transport._base import Frame
+from ._protocol._index import ListenerIndex, dispatch, for_a_subscription, notification_parts
+from ._protocol._jsonrpc import Frame
+from ._subscriber_proxy import Deliver, deliver
 
-_new_tuple = tuple.__new__
 #: Releases the GIL and the CPU for a moment (one syscall).
 _yield_gil: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
-
-ACK_METHOD = "notifications/subscriptions/acknowledged"
-
-#: What a handler produces: messages per route, in order. A route is an Inbox (landed
-#: directly: inboxes never block) or the ProxyEntry of an actor or ``put()`` subscriber
-#: (its proxy delivers, so a slow ``put()`` stalls only that subscriber).
-Outbox = dict[Any, list[Any]]
-
-
-def notification_parts(frame: Frame) -> tuple[str, dict[str, Any]] | None:
-    """``(method, params)`` of a well-formed notification, else None (classify it fully).
-
-    Notifications are nearly all of the traffic, so they skip the full classification.
-    """
-    if type(frame) is dict and "id" not in frame and frame.get("jsonrpc") == "2.0":
-        method = frame.get("method")
-        params = frame.get("params")
-        if params is None:
-            params = {}
-        if type(method) is str and type(params) is dict:
-            return method, params
-    return None
-
-
-def subscription_id_of(params: dict[str, Any]) -> Any:
-    """The modern subscription id a notification is stamped with; None for a legacy one."""
-    meta = params.get("_meta")
-    return meta.get(META_SUBSCRIPTION_ID) if type(meta) is dict else None
-
-
-def for_a_subscription(method: str, params: dict[str, Any]) -> bool:
-    """Whether a notification belongs to a modern subscription (an acknowledgment, or an event
-    stamped with a subscription id): never to a legacy listener."""
-    return method == ACK_METHOD or subscription_id_of(params) is not None
-
-
-def dispatch(index: ListenerIndex[Any], method: str, params: dict[str, Any], out: Outbox) -> None:
-    """Queue a legacy notification for every listener the index says it reaches."""
-    for entry in index.reached(method, params):
-        items = out.get(entry.route)
-        if items is None:
-            items = out[entry.route] = []
-        # Indexed entries are legacy listeners and watches: always a Notification.
-        items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
 
 
 def flush(out: Outbox) -> None:
@@ -101,10 +56,12 @@ def flush(out: Outbox) -> None:
 class DeliveryLane:
     """Shared by the client actor and its connections' reader threads. See the module docstring."""
 
-    __slots__ = ("_backlog", "_lock", "_open_for", "index")
+    __slots__ = ("_backlog", "_lock", "_open_for", "index", "reached")
 
     def __init__(self, index: ListenerIndex[Any]) -> None:
         self.index = index
+        #: Lookups need no lock: only the actor changes the index, and it is the one reading.
+        self.reached = index.reached
         self._lock = threading.Lock()
         #: The connection generation the reader may deliver for; None: the lane is shut.
         self._open_for: int | None = None
@@ -154,11 +111,19 @@ class DeliveryLane:
             with self._lock:
                 self._open_for = generation
 
-    def index_add(self, key: Hashable, flt: NotificationFilter, entry: Any) -> None:
+    # -- the index, as the session changes it: under the lock ------------------------------
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.index
+
+    def add(self, key: Hashable, flt: NotificationFilter, entry: Any) -> None:
         with self._lock:
             self.index.add(key, flt, entry)
 
-    def index_remove(self, key: Hashable) -> None:
+    def remove(self, key: Hashable) -> None:
         if key in self.index:
             with self._lock:
                 self.index.remove(key)

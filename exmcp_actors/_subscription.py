@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._handle import FilteredHandle, Handle
+from ._inbox import Inbox
 from ._protocol._filters import NotificationFilter
-from ._subscriber import Inbox
 
 
 class Subscription(Handle):

@@ -63,7 +63,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Self, overload
 
-from exmcp_actors._errors import TransportError
+from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import FrameSink, InvalidFrame, Transport
 
 if TYPE_CHECKING:

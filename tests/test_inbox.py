@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from exmcp_actors._messages import CLOSED
-from exmcp_actors._subscriber import Inbox, land
+from exmcp_actors._inbox import Inbox, land
+from exmcp_actors._protocol._messages import CLOSED
 
 TIMEOUT = 5.0
 

@@ -30,8 +30,9 @@ import pykka
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors import _subscriber
-from exmcp_actors._actor import ClientActor, Frames, InspectClient
+from exmcp_actors import _subscriber_proxy
+from exmcp_actors._client_actor import ClientActor, InspectClient
+from exmcp_actors._protocol._events import Frames
 from exmcp_actors._protocol._filters import NotificationFilter
 from exmcp_actors._protocol._index import ListenerIndex
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
@@ -647,7 +648,7 @@ def test_a_subscriber_that_died_during_acquisition_fails_even_before_the_livenes
 ) -> None:
     # Regression: activation must ask the subscriber itself, not only trust the polling watcher.
     # The poll interval is an implementation detail; stretching it makes the race window deterministic.
-    monkeypatch.setattr(_subscriber, "LIVENESS_INTERVAL", 30.0)
+    monkeypatch.setattr(_subscriber_proxy, "LIVENESS_INTERVAL", 30.0)
     gate = Gate(server)
     subscriber = Holder()
     call = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [SLOW]}, subscriber=subscriber.thread))

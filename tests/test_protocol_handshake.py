@@ -12,9 +12,9 @@ from exmcp_actors._protocol._handshake import (
     Handshake,
     Negotiated,
     SendFrame,
-    State,
 )
 from exmcp_actors._protocol._jsonrpc import ErrorResponse, RequestBuilder, Response
+from exmcp_actors._protocol._state import Phase
 
 INFO = {"name": "t", "version": "1"}
 
@@ -37,7 +37,7 @@ def test_legacy_mode_sends_initialize_offering_the_latest_legacy_revision() -> N
     [message] = sent(actions)
     assert message["method"] == "initialize"
     assert message["params"] == {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO}
-    assert machine.state is State.INITIALIZING
+    assert machine.state is Phase.INITIALIZING
 
 
 @pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"])
@@ -105,7 +105,7 @@ def test_auto_falls_back_to_initialize_on_any_evidence_of_a_legacy_server(answer
     machine, actions = started("auto")
     result = machine.on_answer(answer(sent(actions)[0]["id"]))
     assert [m["method"] for m in sent(result)] == ["initialize"]
-    assert machine.state is State.INITIALIZING
+    assert machine.state is Phase.INITIALIZING
 
 
 def test_auto_falls_back_when_the_probe_times_out() -> None:
@@ -159,7 +159,7 @@ def test_a_late_probe_that_locked_the_peer_modern_triggers_one_reprobe() -> None
 def test_answers_to_unknown_ids_are_ignored() -> None:
     machine, _ = started("legacy")
     assert machine.on_answer(Response("stranger", {})) == []
-    assert machine.state is State.INITIALIZING
+    assert machine.state is Phase.INITIALIZING
 
 
 def test_an_unknown_mode_is_a_clear_error() -> None:

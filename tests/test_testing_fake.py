@@ -13,7 +13,7 @@ import pytest
 import websocket
 from helpers_transport import RecordingSink
 
-from exmcp_actors._errors import TransportError
+from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors.testing import (
     LEGACY_VERSIONS,

@@ -13,7 +13,7 @@ import pytest
 from helpers_transport import RecordingSink
 from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
 
-from exmcp_actors._errors import TransportError
+from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport import _http as http_module
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport._http import HTTP_ERROR, STREAM_DROPPED, HttpTransport

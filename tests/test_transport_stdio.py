@@ -31,7 +31,7 @@ from helpers_transport import (
     writes,
 )
 
-from exmcp_actors._errors import TransportError
+from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport._framing import LineSplitter
 from exmcp_actors._transport._stdio import StdioTransport

@@ -27,7 +27,7 @@ from helpers_transport import (
 from websockets.sync.server import ServerConnection, serve
 from websockets.typing import Subprotocol
 
-from exmcp_actors._errors import TransportError
+from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport._websocket import WebSocketTransport
 

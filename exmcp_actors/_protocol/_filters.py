@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import FilterError
+from ._errors import FilterError
 
 TOOLS = "toolsListChanged"
 PROMPTS = "promptsListChanged"

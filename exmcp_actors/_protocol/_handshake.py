@@ -1,26 +1,25 @@
-"""The connect-time handshake and era negotiation as an explicit state machine (sans-IO).
+"""The connect-time handshake and era negotiation (sans-IO).
 
-The machine never sends anything itself: each input returns the actions the
-client actor must carry out (send a frame, arm the probe timer, finish or
-fail). All transitions live in this one file.
+The handshake never sends anything itself: each input returns the actions the
+session must carry out (send a frame, arm the probe timer, finish or fail).
+It moves the connection into the PROBING and INITIALIZING phases of the state
+table in ``_state.py``; the session makes it READY on ``Negotiated``::
 
-States::
-
-    IDLE --start(auto|modern)--> PROBING --DiscoverResult--> READY(modern)
-                                   |  any other error / timeout (auto) --> INITIALIZING
-    IDLE --start(legacy)-------> INITIALIZING --result--> READY(legacy) (+ notifications/initialized)
-                                   |  -32022 (a late probe locked the peer modern) --> PROBING (once)
-    any --bad answer--> FAILED
+    start(auto|modern) -> PROBING --discover result--> READY (modern)
+                            | any other error / timeout (auto) --> INITIALIZING
+    start(legacy) -------> INITIALIZING --result--> READY (legacy) (+ notifications/initialized)
+                            | -32022 (a late probe locked the peer modern) --> PROBING (once)
+    a bad answer: Failed (the session decides whether to retry or close)
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._errors import ConnectError
+from ._errors import ConnectError
 from ._jsonrpc import UNSUPPORTED_VERSION, ErrorResponse, RequestBuilder, Response, notification
+from ._state import ConnectionState, Move, Phase
 from ._versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, MODERN_VERSIONS, Era, era_of
 
 ProtocolMode = Literal["auto", "legacy", "modern"]
@@ -31,14 +30,6 @@ META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-
-
-class State(enum.Enum):
-    IDLE = "idle"
-    PROBING = "probing"
-    INITIALIZING = "initializing"
-    READY = "ready"
-    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,20 +98,33 @@ def _supported_versions(data: Any) -> list[str] | None:
 class Handshake:
     """Drives one connection's handshake. Create a new one per connection."""
 
-    def __init__(self, mode: ProtocolMode, client_info: dict[str, Any], ids: RequestBuilder) -> None:
+    def __init__(
+        self,
+        mode: ProtocolMode,
+        client_info: dict[str, Any],
+        ids: RequestBuilder,
+        connection: ConnectionState | None = None,
+    ) -> None:
         if mode not in PROTOCOL_MODES:
             raise ValueError(f"protocol must be one of {PROTOCOL_MODES}, got {mode!r}")
         self.mode = mode
         self.client_info = client_info
         self._ids = ids
-        self.state = State.IDLE
+        self._connection = connection if connection is not None else ConnectionState()
+        self._started = False
         self._outstanding: Any = None
         self._reprobed = False
 
+    @property
+    def state(self) -> Phase:
+        """The connection's phase (PROBING, INITIALIZING, READY while this handshake runs)."""
+        return self._connection.phase
+
     def start(self) -> list[Action]:
         """Begin: probe with ``server/discover`` (auto, modern) or send ``initialize`` (legacy)."""
-        if self.state is not State.IDLE:
+        if self._started:
             raise RuntimeError("handshake already started")
+        self._started = True
         if self.mode == "legacy":
             return self._initialize()
         return self._probe()
@@ -134,15 +138,15 @@ class Handshake:
         if not self.owns(answer.id):
             return []
         self._outstanding = None
-        if self.state is State.PROBING:
+        if self.state is Phase.PROBING:
             return self._probe_answered(answer)
-        if self.state is State.INITIALIZING:
+        if self.state is Phase.INITIALIZING:
             return self._initialize_answered(answer)
         return []
 
     def probe_timed_out(self, request_id: Any) -> list[Action]:
         """The probe got no answer in time: a silent legacy server, in auto mode."""
-        if self.state is not State.PROBING or not self.owns(request_id):
+        if self.state is not Phase.PROBING or not self.owns(request_id):
             return []
         self._outstanding = None
         if self.mode == "modern":
@@ -152,7 +156,7 @@ class Handshake:
     # -- transitions ---------------------------------------------------------------------
 
     def _probe(self) -> list[Action]:
-        self.state = State.PROBING
+        self._connection.move(Move.PROBE)
         request_id = self._ids.next_id()
         self._outstanding = request_id
         params = {"_meta": modern_meta(self.client_info)}
@@ -160,14 +164,13 @@ class Handshake:
         return [SendFrame(message, request_id), ArmProbeTimer(request_id)]
 
     def _initialize(self) -> list[Action]:
-        self.state = State.INITIALIZING
+        self._connection.move(Move.INITIALIZE)
         request_id = self._ids.next_id()
         self._outstanding = request_id
         params = {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": self.client_info}
         return [SendFrame(RequestBuilder.request("initialize", params, request_id), request_id)]
 
     def _fail(self, why: str, reason: Any = "handshake_failed") -> list[Action]:
-        self.state = State.FAILED
         return [Failed(ConnectError(why, reason=reason))]
 
     def _probe_answered(self, answer: Response | ErrorResponse) -> list[Action]:
@@ -194,7 +197,6 @@ class Handshake:
                 )
             return self._initialize()  # discover answered, but only legacy versions advertised
         assert isinstance(result, dict)
-        self.state = State.READY
         return [
             Negotiated(
                 era="modern",
@@ -231,7 +233,6 @@ class Handshake:
                 reason=("unsupported_protocol_version", version),
             )
         assert isinstance(result, dict) and isinstance(version, str)
-        self.state = State.READY
         return [
             SendFrame(notification("notifications/initialized")),
             Negotiated(

@@ -1,4 +1,5 @@
-"""The listener index: which listeners a notification reaches (sans-IO).
+"""The listener index: which listeners a notification reaches, and the routing of
+notifications to it (sans-IO).
 
 Indexed by list_changed category and by URI, so dispatch costs time in
 proportion to the listeners a notification matches, not to all listeners.
@@ -7,9 +8,11 @@ proportion to the listeners a notification matches, not to all listeners.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from . import _messages as m
 from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter
+from ._handshake import META_SUBSCRIPTION_ID
 
 T = TypeVar("T")
 
@@ -64,6 +67,21 @@ class ListenerIndex(Generic[T]):
         return bucket.values() if bucket else ()
 
 
+class Index(Protocol):
+    """The listener index as the session uses it (the client actor passes its delivery lane,
+    which takes a lock to change it; tests pass a plain :class:`ListenerIndex`)."""
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, key: Any) -> bool: ...
+
+    def add(self, key: Any, flt: NotificationFilter, entry: Any) -> None: ...
+
+    def remove(self, key: Any) -> None: ...
+
+    def reached(self, method: str, params: Any) -> Any: ...
+
+
 def _discard(buckets: dict[str, dict[Hashable, T]], name: str, key: Hashable) -> None:
     bucket = buckets.get(name)
     if bucket is None:
@@ -71,3 +89,48 @@ def _discard(buckets: dict[str, dict[Hashable, T]], name: str, key: Hashable) ->
     bucket.pop(key, None)
     if not bucket:
         del buckets[name]
+
+
+# -- routing notifications -----------------------------------------------------------------
+
+ACK_METHOD = "notifications/subscriptions/acknowledged"
+_new_tuple = tuple.__new__
+
+
+def notification_parts(frame: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(method, params)`` of a well-formed notification, else None (classify it fully).
+
+    Notifications are nearly all of the traffic, so they skip the full classification.
+    """
+    if type(frame) is dict and "id" not in frame and frame.get("jsonrpc") == "2.0":
+        method = frame.get("method")
+        params = frame.get("params")
+        if params is None:
+            params = {}
+        if type(method) is str and type(params) is dict:
+            return method, params
+    return None
+
+
+def subscription_id_of(params: dict[str, Any]) -> Any:
+    """The modern subscription id a notification is stamped with; None for a legacy one."""
+    meta = params.get("_meta")
+    return meta.get(META_SUBSCRIPTION_ID) if type(meta) is dict else None
+
+
+def for_a_subscription(method: str, params: dict[str, Any]) -> bool:
+    """Whether a notification belongs to a modern subscription (an acknowledgment, or an event
+    stamped with a subscription id): never to a legacy listener."""
+    return method == ACK_METHOD or subscription_id_of(params) is not None
+
+
+def dispatch(index: Index, method: str, params: dict[str, Any], out: dict[Any, list[Any]]) -> None:
+    """Queue a legacy notification for every listener the index says it reaches.
+
+    Entries carry ``route`` (where their messages go) and ``handle``."""
+    for entry in index.reached(method, params):
+        items = out.get(entry.route)
+        if items is None:
+            items = out[entry.route] = []
+        # Indexed entries are legacy listeners and watches: always a Notification.
+        items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))

@@ -14,9 +14,32 @@ from typing import Any
 
 import jsonrpcclient
 
-from .._transport._base import InvalidFrame
-
 JSONRPC = "2.0"
+
+# Error answers a transport makes up for a request it could not complete, so the
+# request fails instead of hanging. Their ``data`` says why (see the HTTP transport).
+#: An HTTP failure, an unusable reply or a connection error.
+HTTP_ERROR = -32000
+#: A response stream ended without the response (``data.streamDropped``).
+STREAM_DROPPED = -32001
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidFrame:
+    """A frame that could not be decoded as JSON, or that was too large.
+
+    Attributes:
+        error: what was wrong, for the log.
+        raw: the first bytes of the frame, for the log (truncated).
+    """
+
+    error: str
+    raw: bytes = b""
+
+
+#: What a sink receives per frame: the decoded JSON value, or an InvalidFrame.
+Frame = Any
+
 
 # The message kinds below are plain (not frozen) slotted dataclasses: one is built per
 # incoming frame, and a frozen one costs about twice as much to build.
@@ -173,3 +196,15 @@ def error_frame(request_id: Any, code: int, message: str, data: Any = None) -> d
     if data is not None:
         error["data"] = data
     return {"jsonrpc": JSONRPC, "id": request_id, "error": error}
+
+
+def is_transport_failure(answer: ErrorResponse) -> bool:
+    """Whether an error answer was made up by the transport (a dropped stream, an unreachable
+    server, an HTTP 5xx) rather than sent by the server as its answer."""
+    data = answer.data
+    if not isinstance(data, dict):
+        return False
+    if answer.code == STREAM_DROPPED and data.get("streamDropped"):
+        return True
+    status = data.get("httpStatus")
+    return "transportError" in data or (isinstance(status, int) and status >= 500)

@@ -9,35 +9,22 @@ costs one hand-off instead of one per frame.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from .._protocol._jsonrpc import HTTP_ERROR, STREAM_DROPPED, Frame, InvalidFrame
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "HTTP_ERROR",
+    "STREAM_DROPPED",
+    "Frame",
+    "FrameSink",
+    "InvalidFrame",
+    "Transport",
+]
 
 #: Frames larger than this many bytes are refused (logged and skipped).
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-
-# Error answers a transport makes up for a request it could not complete, so the
-# request fails instead of hanging. Their ``data`` says why (see ``_http.py``).
-#: An HTTP failure, an unusable reply or a connection error.
-HTTP_ERROR = -32000
-#: A response stream ended without the response (``data.streamDropped``).
-STREAM_DROPPED = -32001
-
-
-@dataclass(frozen=True, slots=True)
-class InvalidFrame:
-    """A frame that could not be decoded as JSON, or that was too large.
-
-    Attributes:
-        error: what was wrong, for the log.
-        raw: the first bytes of the frame, for the log (truncated).
-    """
-
-    error: str
-    raw: bytes = b""
-
-
-#: What a sink receives per frame: the decoded JSON value, or an InvalidFrame.
-Frame = Any
 
 
 class FrameSink(Protocol):

@@ -118,7 +118,7 @@ from typing import Any, Final
 import httpcore
 import httpx
 
-from .._errors import TransportError
+from .._protocol._errors import TransportError
 from .._protocol._handshake import META_PROTOCOL_VERSION
 from .._protocol._versions import MODERN_VERSIONS
 from ._base import DEFAULT_MAX_FRAME_BYTES, HTTP_ERROR, STREAM_DROPPED, Frame, FrameSink, InvalidFrame, Transport

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .._errors import TransportError
+from .._protocol._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
 

@@ -45,7 +45,7 @@ from typing import Any, Final
 
 import websocket
 
-from .._errors import TransportError
+from .._protocol._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
 from ._framing import (
     ConnectionSlot,

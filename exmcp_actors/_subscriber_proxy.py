@@ -11,79 +11,19 @@ the dead ones, without waiting for traffic.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import pykka
 
-from ._messages import FINAL_TAGS
+from ._inbox import Inbox, land
 
 logger = logging.getLogger("exmcp_actors")
 
 #: How often the liveness watcher looks at subscribers (seconds).
 LIVENESS_INTERVAL = 0.05
-
-
-class Inbox:
-    """An unbounded, thread-safe mailbox on ``queue.SimpleQueue``.
-
-    SimpleQueue waits in C without the GIL, and a waiting host costs one wake-up per
-    message; a ``threading.Condition`` cost about 5 us more per wake-up, and twice the CPU.
-    Finishing queues a marker behind the last message: ``get`` then ends once drained.
-    """
-
-    __slots__ = ("_finished", "_queue")
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._finished = False
-
-    def put(self, item: Any) -> None:
-        self._queue.put(item)
-
-    def put_many(self, items: Iterable[Any]) -> None:
-        put = self._queue.put
-        for item in items:
-            put(item)
-
-    def finish(self) -> None:
-        """No more messages will come: every ``get`` ends once the inbox is drained."""
-        if not self._finished:
-            self._finished = True
-            self._queue.put(_END)
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def __len__(self) -> int:
-        size = self._queue.qsize()
-        return size - 1 if self._finished and size else size  # the end marker is no message
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The next message; blocks up to ``timeout`` seconds (forever when None).
-
-        Raises:
-            queue.Empty: nothing arrived in time, or the inbox is finished and drained.
-            ValueError: a negative or NaN timeout.
-        """
-        if timeout is not None:
-            if not timeout >= 0:  # NaN too
-                raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
-            if timeout > threading.TIMEOUT_MAX:
-                timeout = None  # math.inf and the like: forever, as the lock cannot wait longer
-        item = self._queue.get(True, timeout)
-        if item is _END:
-            self._queue.put(_END)  # for the next get, in this thread or another
-            raise queue.Empty
-        return item
-
-
-#: Queued behind an inbox's last message when it is finished.
-_END: Final = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +90,6 @@ class SubscriberDown:
     proxy_urn: str
     #: True: the subscriber died (the proxy saw it). False: the proxy was stopped by someone.
     died: bool = True
-
-
-def land(inbox: Inbox, messages: list[Any]) -> None:
-    """Put a batch in an inbox; after a closing message, the inbox is finished."""
-    inbox.put_many(messages)
-    if messages[-1][0] in FINAL_TAGS:
-        inbox.finish()  # the closing message is the last: iteration and get() end after it
 
 
 def deliver(target: Any, messages: list[Any]) -> bool:

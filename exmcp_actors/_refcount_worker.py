@@ -10,13 +10,14 @@ slow ``resources/subscribe`` never stalls delivery.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
-from ._errors import Error, NotConnected, RequestError, SubscribeFailed, SubscriberNotAlive
+from ._protocol._errors import Error, NotConnected, SubscribeFailed, SubscriberNotAlive, error_term
+from ._protocol._events import Acquire, Release, Reset, Resubscribe, ResubscribeReport
 from ._protocol._refcount import RefcountBook
 
 logger = logging.getLogger("exmcp_actors")
@@ -26,54 +27,8 @@ WireRequest = Callable[[str, dict[str, Any]], Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Acquire:
-    """Take every URI for a listener, all or nothing (ask)."""
-
-    listener_id: Hashable
-    uris: tuple[str, ...]
-    alive: Callable[[], bool]
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Release exactly the URIs a listener acquired (tell)."""
-
-    listener_id: Hashable
-
-
-@dataclass(frozen=True, slots=True)
-class Resubscribe:
-    """After a reconnect: subscribe every held URI again and report (tell)."""
-
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reset:
-    """Forget everything without wire traffic: the session that held it is gone (ask)."""
-
-
-@dataclass(frozen=True, slots=True)
 class Inspect:
     """Counts, held and lost URIs, for tests and diagnostics (ask)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResubscribeReport:
-    """Sent to the client: the outcome of a :class:`Resubscribe`."""
-
-    generation: int
-    resubscribed: frozenset[str]
-    failed: dict[str, Any]
-
-
-def error_term(error: BaseException) -> Any:
-    """An exception as the reason term hosts see in ``failed`` lists and SubscribeFailed."""
-    if isinstance(error, RequestError):
-        return error.as_term()
-    if isinstance(error, Error):
-        return error.reason
-    return repr(error)
 
 
 class RefcountWorker(pykka.ThreadingActor):

@@ -109,3 +109,12 @@ class ProtocolError(Error):
     """The peer broke the protocol (for example a widened acknowledgment)."""
 
     reason = "protocol_error"
+
+
+def error_term(error: BaseException) -> Any:
+    """An exception as the reason term hosts see in ``failed`` lists and SubscribeFailed."""
+    if isinstance(error, RequestError):
+        return error.as_term()
+    if isinstance(error, Error):
+        return error.reason
+    return repr(error)

@@ -1,0 +1,419 @@
+"""The client actor: one per connection, a thin shell around the sans-IO session.
+
+It turns what happens into inputs of :class:`~._protocol._session.Session`
+(frames and losses from the transport's reader thread, host commands, timers,
+the refcount worker's reports, proxies stopping) and performs the effects the
+session returns: sends, timers, opening the transport on a connector thread,
+completing host futures, telling the worker, starting and retiring subscriber
+proxies, then delivering the queued messages.
+
+It never blocks on I/O: frames arrive as batches (one actor message per batch),
+sends are queued on the transport's writer, opening and closing a transport
+happens on a short-lived connector thread, and a modern resync's snapshot is
+fetched on a short-lived resync thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+
+from ._lane import DeliveryLane, flush
+from ._protocol import _events as ev
+from ._protocol._errors import TransportError, error_term
+from ._protocol._filters import NotificationFilter
+from ._protocol._index import ListenerIndex
+from ._protocol._jsonrpc import Frame
+from ._protocol._session import Session, SessionConfig
+from ._protocol._state import Phase
+from ._subscriber_proxy import LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy
+from ._transport._base import Transport
+
+logger = logging.getLogger("exmcp_actors")
+
+
+@dataclass
+class SharedState:
+    """Written only by the actor; read by the facade from any thread."""
+
+    status: str = "connecting"
+    era: str | None = None
+    protocol_version: str | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
+    server_capabilities: dict[str, Any] = field(default_factory=dict)
+    instructions: str | None = None
+    generation: int = 0
+    ready: threading.Event = field(default_factory=threading.Event)
+    connect_error: BaseException | None = None
+    #: Set when the client actor has finished shutting down (pykka's actor_stopped comes earlier).
+    finished: threading.Event = field(default_factory=threading.Event)
+    #: Threads the client started, so disconnect() can wait for all of them.
+    children: list[threading.Thread] = field(default_factory=list)
+    children_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def adopt(self, thread: threading.Thread) -> None:
+        """Remember a thread (forgetting finished ones) so disconnect() can join it."""
+        with self.children_lock:
+            self.children[:] = [t for t in self.children if t.is_alive()]
+            self.children.append(thread)
+
+    def adopt_current_thread(self) -> None:
+        self.adopt(threading.current_thread())
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    transport: Transport
+    connect_timeout: float
+    session: SessionConfig
+
+
+# -- messages only the shell handles -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    worker: pykka.ActorRef[Any]
+    #: ``fetch(acknowledged_filter) -> snapshot``; blocking, run on a resync thread.
+    snapshot_fetcher: Callable[[NotificationFilter], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class InspectClient:
+    pass
+
+
+class ConnectionSink:
+    """The FrameSink of one connection: tags what it reads with the connection's generation,
+    and delivers what it may through the lane (see ``_lane``)."""
+
+    __slots__ = ("_generation", "_lane", "_tell")
+
+    def __init__(self, actor_ref: pykka.ActorRef[Any], generation: int, lane: DeliveryLane) -> None:
+        self._tell = actor_ref.tell
+        self._generation = generation
+        self._lane = lane
+
+    def frames_received(self, frames: list[Frame]) -> None:
+        try:
+            self._lane.take(self._generation, frames, self._forward)
+        except pykka.ActorDeadError:
+            pass
+
+    def _forward(self, frames: list[Frame]) -> None:
+        self._tell(ev.Frames(self._generation, frames))
+
+    def transport_lost(self, reason: str) -> None:
+        try:
+            self._tell(ev.Lost(self._generation, reason))
+        except pykka.ActorDeadError:
+            pass
+
+
+class ClientActor(pykka.ThreadingActor):
+    """Owns one MCP connection. See the module docstring."""
+
+    use_daemon_thread = True
+
+    def __init__(self, config: Config, shared: SharedState, ids: Any, name: str) -> None:
+        super().__init__()
+        self.config = config
+        self.transport = config.transport
+        self.shared = shared
+        self.name = name
+        #: Readers deliver plain notifications through it; the session changes the index under its lock.
+        self.lane = DeliveryLane(ListenerIndex())
+        self.session = Session(config.session, ids, self.lane, name)
+        self.watcher = LivenessWatcher(f"exmcp-liveness-{name}", shared.adopt)
+        self.worker: pykka.ActorRef[Any] | None = None
+        self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
+        self.retiring: list[Any] = []
+        self.closing_reason: Any = None
+        self.stopping = threading.Event()
+        self.transport_lock = threading.Lock()
+        self.connector: threading.Thread | None = None
+        self.timers: set[threading.Timer] = set()
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        handler = self._handlers.get(type(message), ClientActor._to_session)
+        try:
+            return handler(self, message)
+        finally:
+            self._perform()
+
+    def _to_session(self, message: Any) -> Any:
+        if type(message) not in Session._handlers:
+            logger.warning("%s: unexpected actor message %r", self.name, message)
+            return None
+        return self.session.handle(message)
+
+    def _on_start(self, message: Start) -> None:
+        self.worker = message.worker
+        self.fetch_snapshot = message.snapshot_fetcher
+        self.session.start()
+
+    def _on_frames(self, message: ev.Frames) -> None:
+        try:
+            if message.generation == self.session.generation:
+                self._handle_frames(message.frames)
+        finally:
+            self.lane.handled()  # after the flush: the reader may deliver again
+
+    def _handle_frames(self, frames: list[Frame]) -> None:
+        try:
+            self.session.handle(ev.Frames(self.session.generation, frames))
+        finally:
+            self._perform()
+
+    def _on_subscriber_down(self, message: SubscriberDown) -> None:
+        slot = self.session.registry.slots.get(message.key)
+        if slot is None or slot.ref.actor_urn != message.proxy_urn:
+            return
+        if not message.died:
+            # Someone else stopped the proxy (ActorRegistry.stop_all, say), not its subscriber's
+            # death: the subscriber still needs one, at least to receive its closing messages.
+            logger.info("%s: subscriber proxy %s was stopped from outside; starting a new one", self.name, slot.key)
+            slot.ref = self._start_proxy(slot.subscriber)
+            return
+        self.watcher.unwatch(message.key)
+        self.session.handle(ev.SubscriberDied(message.key))
+
+    def _on_disconnect(self, message: Disconnect) -> None:
+        self.closing_reason = "disconnected"
+        if self.worker is not None:
+            self.worker.tell(ev.Reset())  # disconnect sends no unsubscribe
+        self.actor_ref.stop(block=False)
+
+    def _on_inspect(self, message: InspectClient) -> dict[str, Any]:
+        return self.session.inspect()
+
+    _handlers: dict[type, Callable[[ClientActor, Any], Any]] = {
+        Start: _on_start,
+        ev.Frames: _on_frames,
+        SubscriberDown: _on_subscriber_down,
+        Disconnect: _on_disconnect,
+        InspectClient: _on_inspect,
+    }
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def _perform(self) -> None:
+        """Carry out what the session asked for, in order; then deliver; then settle the lane."""
+        session = self.session
+        while True:
+            todo, out = session.effects.take()
+            if not todo and not out:
+                break
+            if session.lane_generation is None:
+                self.lane.open_for(None)  # nothing the reader delivers may pass what follows
+            for effect in todo:
+                self._effects[type(effect)](self, effect)
+            flush(out)
+        self._publish()
+        retiring, self.retiring = self.retiring, []
+        for slot in retiring:  # only after the flush: their last messages go first
+            slot.ref.stop(block=False)
+        # Opened after, never before, the messages that settle the client (Reconnected,
+        # released held notifications).
+        self.lane.open_for(None if self.stopping.is_set() else session.lane_generation)
+
+    def _publish(self) -> None:
+        session, shared = self.session, self.shared
+        shared.generation = session.generation
+        shared.era = session.era
+        shared.protocol_version = session.protocol_version
+        shared.server_info = session.server_info
+        shared.server_capabilities = session.server_capabilities
+        shared.instructions = session.instructions
+        if session.connect_error is not None:
+            shared.connect_error = session.connect_error
+        shared.status = session.status
+        if session.connection.was_ready or session.connection.phase is Phase.CLOSED:
+            shared.ready.set()
+
+    def _send(self, effect: ev.Send) -> None:
+        try:
+            self.transport.send(effect.message)
+        except TransportError as error:
+            logger.warning("%s: send failed: %s", self.name, error)
+            if effect.request_id is not None:
+                self.session.handle(ev.SendFailed(effect.request_id))
+
+    def _cancel_on_wire(self, effect: ev.CancelOnWire) -> None:
+        if not self.transport.cancel_stream(effect.request_id):
+            self._send(ev.Send(effect.notice))
+
+    def _open_transport(self, effect: ev.OpenTransport) -> None:
+        self.connector = threading.Thread(
+            target=self._connect_attempt,
+            args=(effect.generation, effect.delay),
+            name=f"exmcp-connect-{self.name}",
+            daemon=True,
+        )
+        self.connector.start()
+        self.shared.adopt(self.connector)
+
+    def _connect_attempt(self, generation: int, delay: float) -> None:
+        """Connector thread: close what is left of the last connection, wait, open anew."""
+        if delay > 0 and self.stopping.wait(delay):
+            return
+        with self.transport_lock:
+            if self.stopping.is_set():
+                return
+            try:
+                self.transport.close()
+                sink = ConnectionSink(self.actor_ref, generation, self.lane)
+                self.transport.open(sink, timeout=self.config.connect_timeout)
+            except BaseException as error:  # report every failure: the session decides what follows
+                self._tell_self(ev.OpenFailed(generation, error))
+                return
+            if self.stopping.is_set():
+                self.transport.close()
+                return
+        self._tell_self(ev.Opened(generation))
+
+    def _tell_self(self, message: Any) -> None:
+        try:
+            self.actor_ref.tell(message)
+        except pykka.ActorDeadError:
+            pass
+
+    def _arm_timer(self, effect: ev.ArmTimer) -> None:
+        timer = threading.Timer(effect.delay, self._timer_fired, args=(effect.event,))
+        timer.daemon = True
+        timer.name = f"exmcp-timer-{self.name}"
+        self.timers.add(timer)
+        timer.start()
+        self.shared.adopt(timer)
+
+    def _timer_fired(self, event: Any) -> None:
+        self.timers.discard(threading.current_thread())
+        self._tell_self(event)
+
+    def _resolve(self, effect: ev.Resolve) -> None:
+        if not effect.future.done():
+            try:
+                effect.future.set_result(effect.result)
+            except InvalidStateError:
+                pass
+
+    def _reject(self, effect: ev.Reject) -> None:
+        if not effect.future.done():
+            try:
+                effect.future.set_exception(effect.error)
+            except InvalidStateError:
+                pass
+
+    def _to_worker(self, effect: ev.ToWorker) -> None:
+        if self.worker is not None:
+            try:
+                self.worker.tell(effect.message)
+            except pykka.ActorDeadError:
+                pass  # the worker stopped: the client is going down, and its session with it
+
+    def _start_proxy(self, subscriber: Subscriber) -> pykka.ActorRef[Any]:
+        ref = SubscriberProxy.start(subscriber.key, subscriber.target, self.actor_ref, self.shared.adopt_current_thread)
+        if subscriber.watched:
+            self.watcher.watch(subscriber.key, subscriber.alive, ref)
+        return ref
+
+    def _on_start_proxy(self, effect: ev.StartProxy) -> None:
+        effect.slot.ref = self._start_proxy(effect.slot.subscriber)
+
+    def _retire_proxy(self, effect: ev.RetireProxy) -> None:
+        self.watcher.unwatch(effect.slot.key)
+        self.retiring.append(effect.slot)
+
+    def _transport_negotiated(self, effect: ev.TransportNegotiated) -> None:
+        try:
+            self.transport.negotiated(effect.protocol_version, effect.era)
+        except Exception:
+            logger.exception("%s: transport rejected the negotiated version", self.name)
+
+    def _fetch(self, effect: ev.FetchSnapshot) -> None:
+        thread = threading.Thread(target=self._run_fetch, args=(effect,), name=f"exmcp-resync-{self.name}", daemon=True)
+        thread.start()
+        self.shared.adopt(thread)
+
+    def _run_fetch(self, effect: ev.FetchSnapshot) -> None:
+        fetch = self.fetch_snapshot
+        assert fetch is not None
+        try:
+            snapshot = fetch(effect.acknowledged)
+        except BaseException as error:  # reported to the subscriber as ("failed", reason)
+            self._tell_self(ev.ResyncDone(effect.handle_id, effect.listen_id, None, error_term(error)))
+        else:
+            self._tell_self(ev.ResyncDone(effect.handle_id, effect.listen_id, snapshot))
+
+    def _stop_client(self, effect: ev.Stop) -> None:
+        self.closing_reason = effect.reason
+        self.actor_ref.stop(block=False)
+
+    _effects: dict[type, Callable[[ClientActor, Any], None]] = {
+        ev.Send: _send,
+        ev.CancelOnWire: _cancel_on_wire,
+        ev.OpenTransport: _open_transport,
+        ev.ArmTimer: _arm_timer,
+        ev.Resolve: _resolve,
+        ev.Reject: _reject,
+        ev.ToWorker: _to_worker,
+        ev.StartProxy: _on_start_proxy,
+        ev.RetireProxy: _retire_proxy,
+        ev.TransportNegotiated: _transport_negotiated,
+        ev.FetchSnapshot: _fetch,
+        ev.Stop: _stop_client,
+    }
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self.shared.adopt_current_thread()
+
+    def on_stop(self) -> None:
+        reason = self.closing_reason if self.closing_reason is not None else ("shutdown", "normal")
+        try:
+            self._shutdown(reason)
+        finally:
+            self.shared.finished.set()
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        logger.error("%s: client actor failed: %r", self.name, exception_value)
+        try:
+            self._shutdown(("crashed", repr(exception_value)))
+        finally:
+            self.shared.finished.set()
+
+    def _shutdown(self, reason: Any) -> None:
+        """Close every handle with ``reason``, fail pending work, release every resource."""
+        self.stopping.set()
+        self.lane.open_for(None)  # the closing messages come after anything a reader delivers
+        self.session.close(reason)
+        self._perform()
+        for timer in list(self.timers):
+            timer.cancel()
+        self.watcher.close()
+        if self.worker is not None:
+            self.worker.stop(block=False)
+        connector = self.connector
+        if connector is not None and connector is not threading.current_thread():
+            connector.join(self.config.connect_timeout + 1.0)
+        if self.transport_lock.acquire(timeout=self.config.connect_timeout + 1.0):
+            try:
+                self.transport.close()
+            except Exception:  # closing must not stop the shutdown
+                logger.exception("%s: closing the transport failed", self.name)
+            finally:
+                self.transport_lock.release()

@@ -1,0 +1,63 @@
+"""The pending-request table (sans-IO): every request in flight, and who waits for its answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import ConnectionLost, Error, RequestError
+from ._events import Effects, Resolve
+from ._jsonrpc import ErrorResponse, Response, is_transport_failure
+
+Answer = Response | ErrorResponse
+
+
+@dataclass(eq=False, slots=True)
+class Pending:
+    """An in-flight request: a host's future, or an internal callback (the handshake's)."""
+
+    method: str
+    future: Any = None
+    callback: Callable[[Answer], None] | None = None
+
+
+class PendingTable:
+    """Requests by id. Answers resolve host futures through effects; internal callbacks run at once."""
+
+    def __init__(self, effects: Effects) -> None:
+        self._pending: dict[Any, Pending] = {}
+        self._fx = effects
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(
+        self, request_id: Any, method: str, *, future: Any = None, callback: Callable[[Answer], None] | None = None
+    ) -> None:
+        self._pending[request_id] = Pending(method, future, callback)
+
+    def pop(self, request_id: Any) -> Pending | None:
+        return self._pending.pop(request_id, None)
+
+    def answer(self, msg: Answer) -> bool:
+        """Route an answer to whoever waits for it; False if no request has this id."""
+        pending = self._pending.pop(msg.id, None)
+        if pending is None:
+            return False
+        if pending.callback is not None:
+            pending.callback(msg)
+        elif isinstance(msg, Response):
+            self._fx.do(Resolve(pending.future, msg.result))
+        elif is_transport_failure(msg):
+            # Made up by the transport (HTTP): the same exception as a drop on any other transport.
+            self._fx.reject(pending.future, ConnectionLost(f"{pending.method}: {msg.message} ({msg.data})"))
+        else:
+            self._fx.reject(pending.future, RequestError(msg.code, msg.message, msg.data))
+        return True
+
+    def fail_all(self, error: Error) -> None:
+        """Fail every host request in flight (the connection is gone)."""
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            self._fx.reject(item.future, error)

@@ -1,0 +1,251 @@
+"""Modern subscriptions (sans-IO): ``subscriptions/listen``, its acknowledgment, and the
+re-listen and resync after a drop.
+
+An entry waits for its acknowledgment (``awaiting_ack``), which must not be
+wider than the request; it is then ``live`` and delivers the events inside the
+acknowledged filter. When its stream drops (the connection, or on HTTP its own
+stream) it is ``relistening`` until a new listen is acknowledged, then
+``resyncing`` while the snapshot is refetched off the actor (a watch skips the
+snapshot and reports ``Reconnected``), then ``live`` again. Events that arrive
+while it is not live are held and released in order afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from . import _messages as m
+from ._errors import ConnectionLost, ListenerNotFound, ProtocolError, RequestError, SubscriberNotAlive
+from ._events import ArmTimer, CancelSubscription, FetchSnapshot, Relisten, ResyncDone
+from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
+from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
+from ._index import ACK_METHOD
+from ._jsonrpc import ErrorResponse, RequestBuilder, Response, is_transport_failure
+from ._registry import Entry
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+logger = logging.getLogger("exmcp_actors")
+
+#: Events held for a modern subscription that is not live yet (before its ack, during a resync).
+MAX_HELD_EVENTS = 10_000
+
+
+class Subscriptions:
+    """The modern side of a session's registry."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._registry = session.registry
+
+    def open(self, handle: Any, kind: str, flt: NotificationFilter, subscriber: Any, acknowledged: Any) -> None:
+        if not subscriber.alive():
+            raise SubscriberNotAlive()
+        entry = self._registry.add(handle, kind, "modern", flt, subscriber, "awaiting_ack")
+        entry.ack_future = acknowledged
+        self.listen(entry)
+
+    def listen(self, entry: Entry) -> None:
+        """Send a (new) ``subscriptions/listen`` for an entry."""
+        by_listen_id = self._registry.by_listen_id
+        if entry.listen_id is not None:
+            by_listen_id.pop(entry.listen_id, None)
+        session = self._session
+        entry.listen_id = f"listen-{session.ids.next_id()}"
+        entry.held = [] if entry.state == "awaiting_ack" else entry.held
+        by_listen_id[entry.listen_id] = entry
+        handle = entry.handle
+        if hasattr(handle, "subscription_id"):
+            handle.subscription_id = entry.listen_id
+        params = with_modern_meta({"notifications": entry.requested.as_dict()}, session.client_info)
+        session.effects.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
+
+    def relisten_dropped(self) -> None:
+        """On a new modern connection: listen again for every entry whose stream dropped."""
+        for entry in self._registry.of_era("modern"):
+            if entry.state == "relistening" and entry.listen_id is None:
+                self.listen(entry)
+
+    def owns(self, request_id: Any) -> Entry | None:
+        return self._registry.by_listen_id.get(request_id)
+
+    # -- what the server sends -------------------------------------------------------------
+
+    def on_notification(self, subscription_id: Any, method: str, params: dict[str, Any]) -> None:
+        entry = self._registry.by_listen_id.get(subscription_id)
+        if entry is None:
+            logger.warning("%s: %s for unknown subscription id %r skipped", self._session.name, method, subscription_id)
+            return
+        if method == ACK_METHOD:
+            self._acknowledged(entry, params)
+            return
+        if method not in FILTERABLE_METHODS:
+            logger.debug(
+                "%s: %s on subscription %r (not an event) skipped", self._session.name, method, subscription_id
+            )
+            return
+        if entry.acknowledged is None or entry.state in ("awaiting_ack", "resyncing", "relistening"):
+            if len(entry.held) < MAX_HELD_EVENTS:
+                entry.held.append((method, params))
+            else:
+                logger.warning("%s: too many events held for %r; dropping", self._session.name, entry.handle)
+            return
+        if entry.acknowledged.enables(method, params, sub_resources=True):
+            self._registry.emit(entry, entry.event(method, _unstamped(params)))
+        else:
+            logger.info(
+                "%s: event %s outside the acknowledged filter of %r dropped", self._session.name, method, entry.handle
+            )
+
+    def _acknowledged(self, entry: Entry, params: dict[str, Any]) -> None:
+        registry, effects = self._registry, self._session.effects
+        ack = filter_from_wire(params.get("notifications"))
+        if ack is None or not ack.is_within(entry.requested):
+            acked = params.get("notifications")
+            why = f"acknowledgment {acked!r} is wider than the request {entry.requested.as_dict()!r}"
+            if ack is None:
+                why = f"malformed acknowledgment {acked!r}"
+            logger.error("%s: %s; closing the subscription", self._session.name, why)
+            self.cancel_on_wire(entry)
+            if entry.state == "awaiting_ack":
+                effects.reject(entry.ack_future, ProtocolError(why, reason=("invalid_acknowledgment", acked)))
+                registry.forget(entry.handle.id)
+            else:
+                registry.close(entry, ("protocol_error", why), release=False)
+            return
+        first = entry.state == "awaiting_ack"
+        entry.acknowledged = ack
+        handle = entry.handle
+        if hasattr(handle, "acknowledged_filter"):
+            handle.acknowledged_filter = ack.as_dict()
+        if first:
+            entry.state = "live"
+            future, entry.ack_future = entry.ack_future, None
+            effects.resolve(future, ack)
+            self._release_held(entry)
+            return
+        if entry.kind == "watch":
+            # A watch has no snapshot: the re-listen reports like a legacy reconnect.
+            report = {"resubscribed": list(ack.uris), "failed": []}
+            registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, report))
+            entry.state = "live"
+            self._release_held(entry)
+            return
+        entry.state = "resyncing"
+        assert entry.listen_id is not None
+        effects.do(FetchSnapshot(handle.id, entry.listen_id, ack))
+
+    def _release_held(self, entry: Entry) -> None:
+        held, entry.held = entry.held, []
+        ack = entry.acknowledged
+        for method, params in held:
+            if ack is not None and ack.enables(method, params, sub_resources=True):
+                self._registry.emit(entry, entry.event(method, _unstamped(params)))
+
+    def answered(self, entry: Entry, msg: Response | ErrorResponse) -> None:
+        """The listen request itself was answered: the server ended the stream, or refused it."""
+        registry, session = self._registry, self._session
+        if isinstance(msg, Response):
+            if entry.state == "awaiting_ack":
+                session.effects.reject(
+                    entry.ack_future, ProtocolError("the server ended the subscription before acknowledging it")
+                )
+                registry.forget(entry.handle.id)
+                return
+            registry.close(entry, ("complete", msg.result), release=False)
+            return
+        error = RequestError(msg.code, msg.message, msg.data)
+        if is_transport_failure(msg) and entry.state != "awaiting_ack":
+            # HTTP: this subscription's stream dropped, or its re-listen could not reach the
+            # server. Not the server's answer: re-listen after a backoff (or on reconnect).
+            self.stream_dropped(entry)
+            entry.relisten_attempts += 1
+            if entry.relisten_attempts > session.max_reconnect_attempts:
+                registry.close(entry, ("reconnect_exhausted", error.as_term()), release=False)
+                return
+            delay = session.backoff.delay(entry.relisten_attempts)
+            session.effects.do(ArmTimer(delay, Relisten(entry.handle.id, session.generation)))
+            return
+        if entry.state == "awaiting_ack":
+            session.effects.reject(entry.ack_future, error)
+            registry.forget(entry.handle.id)
+            return
+        if entry.state in ("resyncing", "relistening") and entry.kind == "subscription":
+            registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
+        registry.close(entry, ("error", error.as_term()), release=False)
+
+    # -- drops, re-listens and resyncs -----------------------------------------------------
+
+    def stream_dropped(self, entry: Entry) -> None:
+        """An entry's stream is gone (its connection, or its own HTTP stream): re-listen later."""
+        if entry.state == "awaiting_ack":
+            # Never acknowledged: the listen() call is still waiting; fail it.
+            self._session.effects.reject(
+                entry.ack_future, ConnectionLost("the connection was lost before the acknowledgment")
+            )
+            self._registry.forget(entry.handle.id)
+            return
+        if entry.state == "live" and entry.kind == "subscription":
+            self._registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, "started"))
+        entry.state = "relistening"
+        if entry.listen_id is not None:
+            self._registry.by_listen_id.pop(entry.listen_id, None)
+            entry.listen_id = None
+
+    def relisten(self, message: Relisten, modern_ready: bool) -> None:
+        entry = self._registry.entries.get(message.handle_id)
+        if entry is None or entry.state != "relistening" or message.generation != self._session.generation:
+            return
+        if modern_ready:
+            self.listen(entry)
+
+    def resync_done(self, message: ResyncDone) -> None:
+        entry = self._registry.entries.get(message.handle_id)
+        if entry is None or entry.listen_id != message.listen_id or entry.state != "resyncing":
+            return  # stale: the subscription dropped again or was closed meanwhile
+        state = ("complete", message.snapshot) if message.error is None else ("failed", message.error)
+        self._registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, state))
+        entry.state = "live"
+        entry.relisten_attempts = 0
+        self._release_held(entry)
+
+    def become_modern(self, entry: Entry) -> None:
+        """A legacy watch whose peer turned modern carries on as a subscription."""
+        self._registry.index.remove(entry.handle.id)
+        entry.era = "modern"
+        entry.state = "relistening"
+        entry.acknowledged = None
+        self.listen(entry)
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def cancel_on_wire(self, entry: Entry) -> None:
+        if entry.listen_id is not None:
+            self._session.cancel_on_wire(entry.listen_id, "cancelled by the client")
+            self._registry.by_listen_id.pop(entry.listen_id, None)
+            entry.listen_id = None
+
+    def cancel(self, message: CancelSubscription) -> None:
+        entry = self._registry.entries.get(message.handle_id)
+        if entry is None:
+            raise ListenerNotFound()
+        self.cancel_on_wire(entry)
+        if message.reason is None:
+            self._session.effects.reject(entry.ack_future, ListenerNotFound("cancelled before the acknowledgment"))
+            self._registry.forget(entry.handle.id)
+        else:
+            self._registry.close(entry, message.reason, release=False)
+
+
+def _unstamped(params: dict[str, Any]) -> dict[str, Any]:
+    """Event params without the subscription id stamp, so they read like legacy ones."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or META_SUBSCRIPTION_ID not in meta:
+        return params
+    rest = {key: value for key, value in meta.items() if key != META_SUBSCRIPTION_ID}
+    clean = {key: value for key, value in params.items() if key != "_meta"}
+    if rest:
+        clean["_meta"] = rest
+    return clean
