@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from ._client import Client, connect
+from ._client import Client
+from ._connect import connect
 from ._listener import Listener
 from ._protocol._backoff import Backoff
 from ._protocol._errors import (

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pykka
 
-from ._client_actor import ClientActor, Config, Disconnect, InspectClient, SharedState, Start
+from ._client_actor import Disconnect, InspectClient, SharedState
 from ._handle import Handle
 from ._inbox import Inbox
 from ._listener import Listener
-from ._protocol._backoff import Backoff
-from ._protocol._errors import ConnectError, Error, NotConnected, ProtocolError, RequestTimeout, UseListen
+from ._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
 from ._protocol._events import (
     AbandonListener,
     Acquire,
@@ -33,48 +30,19 @@ from ._protocol._events import (
     SendRequest,
 )
 from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
-from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
-from ._protocol._session import SessionConfig
-from ._refcount_worker import Inspect, RefcountWorker
+from ._refcount_worker import Inspect
 from ._subscriber_proxy import Subscriber, resolve_subscriber
 from ._subscription import Subscription, Watch
-from ._transport._base import Transport
 
 logger = logging.getLogger("exmcp_actors")
 
-DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": "0.1.0"}
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES = 10_000
-_client_numbers = itertools.count(1)
 
 
-def make_transport(transport: Any) -> Transport:
-    """A Transport from what the host passed: a Transport, a URL string, or an argv list."""
-    if isinstance(transport, Transport):
-        return transport
-    if isinstance(transport, str):
-        scheme = transport.split(":", 1)[0].lower()
-        if scheme in ("ws", "wss"):
-            from ._transport._websocket import WebSocketTransport
-
-            return WebSocketTransport(transport)
-        if scheme in ("http", "https"):
-            from ._transport._http import HttpTransport
-
-            return HttpTransport(transport)
-        raise ValueError(f"unsupported URL scheme {scheme!r} in {transport!r}: use ws://, wss://, http:// or https://")
-    if isinstance(transport, Sequence) and transport and all(isinstance(a, str) for a in transport):
-        from ._transport._stdio import StdioTransport
-
-        return StdioTransport(list(transport))
-    raise TypeError(
-        "transport must be a Transport, a ws:// / http:// URL string, or a non-empty argv list of strings, "
-        f"got {transport!r}"
-    )
-
-
-def _check_timeout(name: str, value: Any) -> float:
+def check_timeout(name: str, value: Any) -> float:
+    """``value`` as seconds; a ValueError naming ``name`` unless positive and finite."""
     # NaN and infinity are refused too: every wait here must end.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
@@ -160,7 +128,7 @@ class Client:
             raise TypeError(f"method must be a non-empty string, got {method!r}")
         if params is not None and not isinstance(params, dict):
             raise TypeError(f"params must be a dict or None, got {type(params).__name__}")
-        wait = self._request_timeout if timeout is None else _check_timeout("timeout", timeout)
+        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
         request_id = self._ids.next_id()
         future: Future[Any] = Future()
         try:
@@ -275,7 +243,7 @@ class Client:
         return Listener(handle_id, self, resolved.owner, flt, inbox), resolved
 
     def _register_listener(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
-        wait = _check_timeout("timeout", timeout)
+        wait = check_timeout("timeout", timeout)
         deadline = time.monotonic() + wait
         handle, resolved = self._new_handle(flt, subscriber, kind, "legacy")
         handle_id = handle.id
@@ -333,7 +301,7 @@ class Client:
             raise ValueError(f"{handle!r} belongs to another client")
         if not self._ref.is_alive():
             return  # a stopped client holds nothing: nothing to remove
-        wait = _check_timeout("timeout", timeout)
+        wait = check_timeout("timeout", timeout)
         deadline = time.monotonic() + wait
         try:
             self._ask(RemoveHandle(handle.id), wait)
@@ -367,7 +335,7 @@ class Client:
         return handle
 
     def _open_subscription(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
-        wait = _check_timeout("timeout", timeout)
+        wait = check_timeout("timeout", timeout)
         deadline = time.monotonic() + wait
         handle, resolved = self._new_handle(flt, subscriber, kind, "modern")
         handle_id = handle.id
@@ -384,7 +352,7 @@ class Client:
         if not self._ref.is_alive():
             return
         try:
-            self._ask(CancelSubscription(subscription.id, "cancelled"), _check_timeout("timeout", timeout))
+            self._ask(CancelSubscription(subscription.id, "cancelled"), check_timeout("timeout", timeout))
         except NotConnected:
             return
 
@@ -424,7 +392,7 @@ class Client:
 
     def disconnect(self, timeout: float = 5.0) -> None:
         """Close the transport and every handle (``Closed(..., "disconnected")``). Idempotent."""
-        wait = _check_timeout("timeout", timeout)
+        wait = check_timeout("timeout", timeout)
         try:
             self._ref.tell(Disconnect())
         except pykka.ActorDeadError:
@@ -455,75 +423,3 @@ class Client:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.disconnect()
-
-
-def connect(
-    transport: Any,
-    protocol: ProtocolMode = "auto",
-    reconnect: bool = True,
-    max_reconnect_attempts: int = 10,
-    backoff: Backoff | None = None,
-    request_timeout: float = 30.0,
-    client_info: dict[str, Any] | None = None,
-    *,
-    connect_timeout: float = 10.0,
-    probe_timeout: float = 3.0,
-) -> Client:
-    """Connect to an MCP server and return a ready :class:`Client`.
-
-    Args:
-        transport: a Transport, a ``ws://``/``wss://``/``http://``/``https://`` URL, or an argv list (stdio).
-        protocol: ``"auto"`` (probe ``server/discover``, fall back to ``initialize``),
-            ``"legacy"`` or ``"modern"``.
-        reconnect: reopen the transport after a loss (listeners survive).
-        max_reconnect_attempts: failed attempts in a row before giving up.
-        backoff: delays between attempts.
-        request_timeout: default seconds for each request.
-        client_info: ``{"name": ..., "version": ...}`` sent to the server.
-        connect_timeout: seconds for opening the transport and the whole handshake.
-        probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
-
-    Raises:
-        ConnectError: the transport could not be opened or the handshake failed.
-    """
-    if protocol not in PROTOCOL_MODES:
-        raise ValueError(f"protocol must be one of {PROTOCOL_MODES}, got {protocol!r}")
-    if (
-        isinstance(max_reconnect_attempts, bool)
-        or not isinstance(max_reconnect_attempts, int)
-        or max_reconnect_attempts < 1
-    ):
-        raise ValueError(f"max_reconnect_attempts must be a positive integer, got {max_reconnect_attempts!r}")
-    if backoff is not None and not isinstance(backoff, Backoff):
-        raise TypeError(f"backoff must be a Backoff, got {type(backoff).__name__}")
-    if client_info is not None and not (isinstance(client_info, dict) and isinstance(client_info.get("name"), str)):
-        raise ValueError(f"client_info must be a dict with a 'name' string, got {client_info!r}")
-    session = SessionConfig(
-        mode=protocol,
-        reconnect=bool(reconnect),
-        max_reconnect_attempts=max_reconnect_attempts,
-        backoff=backoff or Backoff(),
-        probe_timeout=_check_timeout("probe_timeout", probe_timeout),
-        client_info=dict(client_info or DEFAULT_CLIENT_INFO),
-    )
-    config = Config(make_transport(transport), _check_timeout("connect_timeout", connect_timeout), session)
-    request_wait = _check_timeout("request_timeout", request_timeout)
-    name = f"c{next(_client_numbers)}"
-    shared = SharedState()
-    ids = RequestBuilder()
-    ref = ClientActor.start(config, shared, ids, name)
-    client = Client(ref, shared, ids, request_wait, name)
-    # The worker's wire calls go out through the client like any other request.
-    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread)
-    client._worker = worker
-    ref.tell(Start(worker, client._snapshot))
-    # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
-    deadline = config.connect_timeout * 2 + session.probe_timeout + 1.0
-    if not shared.ready.wait(deadline):
-        client.disconnect()
-        raise ConnectError(f"no connection to {config.transport.describe()} within {deadline:.1f}s", reason="timeout")
-    if shared.connect_error is not None:
-        client._wait_stopped(config.connect_timeout + 1.0)
-        error = shared.connect_error
-        raise error if isinstance(error, ConnectError) else ConnectError(str(error))
-    return client
