@@ -213,6 +213,7 @@ class ClientActor(pykka.ThreadingActor):
     def _perform(self) -> None:
         """Carry out what the session asked for, in order; then deliver; then settle the lane."""
         session = self.session
+        published = False
         while True:
             todo, out = session.effects.take()
             if not todo and not out:
@@ -221,8 +222,11 @@ class ClientActor(pykka.ThreadingActor):
                 self.lane.open_for(None)  # nothing the reader delivers may pass what follows
             for effect in todo:
                 self._effects[type(effect)](self, effect)
+            self._publish()  # before the flush: a host woken by a message sees the status behind it
+            published = True
             flush(out)
-        self._publish()
+        if not published:
+            self._publish()  # a move with no effect (a close with nothing open) is published too
         retiring, self.retiring = self.retiring, []
         for slot in retiring:  # only after the flush: their last messages go first
             slot.ref.stop(block=False)
@@ -241,7 +245,7 @@ class ClientActor(pykka.ThreadingActor):
         if session.connect_error is not None:
             shared.connect_error = session.connect_error
         shared.status = session.status
-        if session.connection.was_ready or session.connection.phase is Phase.CLOSED:
+        if not shared.ready.is_set() and (session.connection.was_ready or session.connection.phase is Phase.CLOSED):
             shared.ready.set()
 
     def _send(self, effect: ev.Send) -> None:
