@@ -1,4 +1,4 @@
-"""What goes into a session and what comes out of it (sans-IO): small frozen types.
+"""What goes into a session and what comes out of it (sans-IO): small immutable tuples.
 
 Inputs are the client actor's messages: transport events (tagged with the
 generation of the connection they belong to, so a late event of a dropped
@@ -14,7 +14,7 @@ snapshot) are typed ``Any`` here: the core never calls into them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._filters import NotificationFilter
 from ._jsonrpc import Frame
@@ -22,35 +22,34 @@ from ._jsonrpc import Frame
 # -- inputs: the transport -----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(NamedTuple):
     """The connector opened the transport for this generation."""
 
     generation: int
 
 
-@dataclass(frozen=True, slots=True)
-class OpenFailed:
+class OpenFailed(NamedTuple):
+    """The connector could not open the transport for this generation."""
+
     generation: int
     error: BaseException
 
 
-@dataclass(frozen=True, slots=True)
-class Frames:
+class Frames(NamedTuple):
     """A batch of frames the reader of this generation's connection read, in wire order."""
 
     generation: int
     frames: list[Frame]
 
 
-@dataclass(frozen=True, slots=True)
-class Lost:
+class Lost(NamedTuple):
+    """The connection of this generation ended (the reader says why)."""
+
     generation: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class SendFailed:
+class SendFailed(NamedTuple):
     """The shell could not send the request with this id (the transport is closed)."""
 
     request_id: Any
@@ -59,8 +58,9 @@ class SendFailed:
 # -- inputs: the host ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SendRequest:
+class SendRequest(NamedTuple):
+    """A host's request, answered through its future."""
+
     request_id: Any
     method: str
     params: dict[str, Any] | None
@@ -68,14 +68,14 @@ class SendRequest:
     future: Any
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRequest:
+class CancelRequest(NamedTuple):
+    """The host stopped waiting for a request (a timeout): cancel it on the wire."""
+
     request_id: Any
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class RegisterListener:
+class RegisterListener(NamedTuple):
     """Step 1 of a legacy registration: the entry exists, not yet delivered to."""
 
     handle: Any
@@ -84,27 +84,27 @@ class RegisterListener:
     subscriber: Any
 
 
-@dataclass(frozen=True, slots=True)
-class ActivateListener:
+class ActivateListener(NamedTuple):
     """Step 3 (after the worker acquired the URIs): the entry is indexed and delivered to."""
 
     listener_id: Any
 
 
-@dataclass(frozen=True, slots=True)
-class AbandonListener:
+class AbandonListener(NamedTuple):
     """A registration failed or timed out: forget whatever of it exists."""
 
     listener_id: Any
 
 
-@dataclass(frozen=True, slots=True)
-class RemoveHandle:
+class RemoveHandle(NamedTuple):
+    """The host removes a listener, watch or subscription (no closing message follows)."""
+
     handle_id: Any
 
 
-@dataclass(frozen=True, slots=True)
-class OpenSubscription:
+class OpenSubscription(NamedTuple):
+    """A modern ``subscriptions/listen`` for a handle; the host waits for its acknowledgment."""
+
     handle: Any
     kind: str
     flt: NotificationFilter
@@ -113,8 +113,9 @@ class OpenSubscription:
     acknowledged: Any
 
 
-@dataclass(frozen=True, slots=True)
-class CancelSubscription:
+class CancelSubscription(NamedTuple):
+    """The host cancels a subscription."""
+
     handle_id: Any
     #: None: the host gave up before the acknowledgment (no closing message).
     reason: Any
@@ -123,28 +124,30 @@ class CancelSubscription:
 # -- inputs: timers, helper threads, actors ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeTimeout:
+class ProbeTimeout(NamedTuple):
+    """The ``server/discover`` probe of this generation got no answer in time."""
+
     generation: int
     request_id: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Relisten:
+class Relisten(NamedTuple):
+    """The backoff after a subscription's own stream dropped is over: listen again."""
+
     handle_id: Any
     generation: int
 
 
-@dataclass(frozen=True, slots=True)
-class ResyncDone:
+class ResyncDone(NamedTuple):
+    """The snapshot of a modern resync was fetched (or failed: ``error``)."""
+
     handle_id: Any
     listen_id: Any
     snapshot: Any
     error: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class SubscriberDied:
+class SubscriberDied(NamedTuple):
     """The subscriber with this key is dead (its proxy saw it and stopped)."""
 
     key: Any
@@ -153,8 +156,7 @@ class SubscriberDied:
 # -- the refcount worker's commands and its report -----------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Acquire:
+class Acquire(NamedTuple):
     """Take every URI for a listener, all or nothing (ask)."""
 
     listener_id: Any
@@ -162,27 +164,23 @@ class Acquire:
     alive: Any  # Callable[[], bool]
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(NamedTuple):
     """Release exactly the URIs a listener acquired (tell)."""
 
     listener_id: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Resubscribe:
+class Resubscribe(NamedTuple):
     """After a reconnect: subscribe every held URI again and report (tell)."""
 
     generation: int
 
 
-@dataclass(frozen=True, slots=True)
-class Reset:
+class Reset(NamedTuple):
     """Forget everything without wire traffic: the session that held it is gone."""
 
 
-@dataclass(frozen=True, slots=True)
-class ResubscribeReport:
+class ResubscribeReport(NamedTuple):
     """From the worker: the outcome of a :class:`Resubscribe`."""
 
     generation: int
@@ -193,85 +191,74 @@ class ResubscribeReport:
 # -- effects -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(NamedTuple):
     """Send this frame. If ``request_id`` is set and sending fails, feed back :class:`SendFailed`."""
 
     message: dict[str, Any]
     request_id: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class CancelOnWire:
+class CancelOnWire(NamedTuple):
     """End an in-flight request: close its stream where the transport can (HTTP), else send ``notice``."""
 
     request_id: Any
     notice: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class OpenTransport:
+class OpenTransport(NamedTuple):
     """Close what is left of the last connection, wait ``delay``, open anew for ``generation``."""
 
     generation: int
     delay: float
 
 
-@dataclass(frozen=True, slots=True)
-class ArmTimer:
+class ArmTimer(NamedTuple):
     """Feed ``event`` back after ``delay`` seconds."""
 
     delay: float
     event: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Resolve:
+class Resolve(NamedTuple):
     """Complete a host's future with a result."""
 
     future: Any
     result: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Reject:
+class Reject(NamedTuple):
     """Fail a host's future (if it is not done yet)."""
 
     future: Any
     error: BaseException
 
 
-@dataclass(frozen=True, slots=True)
-class ToWorker:
+class ToWorker(NamedTuple):
     """Tell the refcount worker."""
 
     message: Acquire | Release | Resubscribe | Reset
 
 
-@dataclass(frozen=True, slots=True)
-class StartProxy:
+class StartProxy(NamedTuple):
     """Start the proxy actor of a subscriber (sets ``slot.ref``)."""
 
     slot: Any
 
 
-@dataclass(frozen=True, slots=True)
-class RetireProxy:
+class RetireProxy(NamedTuple):
     """Stop a proxy actor once the messages queued so far are delivered."""
 
     slot: Any
 
 
-@dataclass(frozen=True, slots=True)
-class TransportNegotiated:
+class TransportNegotiated(NamedTuple):
     """Tell the transport the negotiated version (HTTP: headers and the GET stream)."""
 
     protocol_version: str
     era: str
 
 
-@dataclass(frozen=True, slots=True)
-class FetchSnapshot:
+class FetchSnapshot(NamedTuple):
     """Refetch what a modern subscription's acknowledged filter covers, off the actor."""
 
     handle_id: Any
@@ -279,8 +266,7 @@ class FetchSnapshot:
     acknowledged: NotificationFilter
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(NamedTuple):
     """Close the client for good with this reason."""
 
     reason: Any
