@@ -16,7 +16,7 @@ from typing import Any, Protocol
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 # Error answers a transport makes up for a request it could not complete, so the
-# request fails instead of hanging. Their ``data`` says why (see ``_http.py``).
+# request fails instead of hanging. Their ``data`` says why (see ``http/_exchange.py``).
 #: An HTTP failure, an unusable reply or a connection error.
 HTTP_ERROR = -32000
 #: A response stream ended without the response (``data.streamDropped``).
