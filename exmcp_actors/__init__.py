@@ -46,9 +46,9 @@ from ._protocol._messages import (
 from ._protocol._versions import LEGACY_VERSIONS, MODERN_VERSIONS
 from ._subscription import Subscription, Watch
 from ._transport._base import Transport
-from ._transport._http import HttpTransport
 from ._transport._stdio import StdioTransport
 from ._transport._websocket import WebSocketTransport
+from ._transport.http import HttpTransport
 
 logging.getLogger("exmcp_actors").addHandler(logging.NullHandler())
 

@@ -35,7 +35,7 @@ def make_transport(transport: Any) -> Transport:
 
             return WebSocketTransport(transport)
         if scheme in ("http", "https"):
-            from ._transport._http import HttpTransport
+            from ._transport.http import HttpTransport
 
             return HttpTransport(transport)
         raise ValueError(f"unsupported URL scheme {scheme!r} in {transport!r}: use ws://, wss://, http:// or https://")

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from exmcp_actors._transport._sse import SSEEvent, SSEParser
+from exmcp_actors._transport.http._sse import SSEEvent, SSEParser
 
 STREAM = (
     b": keep-alive\n\n"

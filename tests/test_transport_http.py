@@ -14,10 +14,11 @@ from helpers_transport import RecordingSink
 from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
 
 from exmcp_actors._protocol._errors import TransportError
-from exmcp_actors._transport import _http as http_module
 from exmcp_actors._transport._base import InvalidFrame
-from exmcp_actors._transport._http import HTTP_ERROR, STREAM_DROPPED, HttpTransport
-from exmcp_actors._transport._sse import SSEEvent, SSEParser
+from exmcp_actors._transport.http import HTTP_ERROR, STREAM_DROPPED, HttpTransport
+from exmcp_actors._transport.http import _pump as pump_module
+from exmcp_actors._transport.http import _session as session_module
+from exmcp_actors._transport.http._sse import SSEEvent, SSEParser
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -218,7 +219,7 @@ def test_events_that_arrive_in_one_read_are_delivered_as_one_batch(fake_server, 
 
 
 def test_a_stream_left_open_after_its_response_is_ended_by_the_client(fake_server, open_transport, monkeypatch) -> None:
-    monkeypatch.setattr(http_module, "_DRAIN_SECONDS", 0.05)
+    monkeypatch.setattr(pump_module, "_DRAIN_SECONDS", 0.05)
     _, url = fake_server(sessions=False)
     transport, sink = open_transport(url)
 
@@ -788,7 +789,7 @@ def test_the_sse_parser_reports_an_oversized_event_once_without_buffering_it() -
 
 
 def test_an_mcp_name_that_is_not_plain_ascii_is_base64_wrapped() -> None:
-    encode = http_module._encode_header_value
+    encode = session_module._encode_header_value
     assert encode("get_weather") == "get_weather"
     assert encode("file:///a b") == "file:///a b"
     for tricky in ["café", " lead", "trail ", "tab\there", "=?base64?abc?="]:

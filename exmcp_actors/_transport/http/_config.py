@@ -1,0 +1,40 @@
+"""What every part of the HTTP transport shares: its settings, its logger and
+the errors an HTTP exchange may raise."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Final
+
+import httpx
+
+__all__ = ["IO_ERRORS", "Config", "logger"]
+
+logger = logging.getLogger("exmcp_actors.http")
+
+#: What an HTTP exchange may raise: httpx's errors, socket errors, a client
+#: closed under our feet (RuntimeError), a header that is not ASCII (ValueError).
+IO_ERRORS: Final = (
+    httpx.HTTPError,
+    httpx.InvalidURL,
+    OSError,
+    RuntimeError,
+    ValueError,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """Settings shared by every connection of one transport (read-only)."""
+
+    url: str
+    headers: dict[str, str]
+    verify: bool | str | ssl.SSLContext
+    max_frame_bytes: int
+    sse_retry_default: float
+    io_timeout: float
+    delete_timeout: float
+    reconnect_attempts: int
+    max_retry_delay: float

@@ -1,0 +1,256 @@
+"""One POST: send a message, route the answer, and make up an error response
+when there is no usable one.
+
+Every outgoing message is an HTTP POST; the reply to a request is a JSON
+body or a ``text/event-stream`` (SSE) body carrying notifications, server
+requests and finally the response (read by ``_resume.py`` and ``_pump.py``).
+
+Synthesized frames. A request never hangs on an HTTP failure: the transport
+delivers a JSON-RPC error response for the request's id instead.
+
+* HTTP status outside 2xx whose body is a JSON-RPC error: the server's error
+  is forwarded as is, with ``id`` set to the request's id (servers send
+  ``null`` when they reject before parsing the id).
+* Any other HTTP status outside 2xx, a 202/204 or an unusable body for a
+  request: ``{"code": -32000, "message": "HTTP 404 Not Found",
+  "data": {"httpStatus": 404, "body": "<first 1000 chars>"}}``.
+  When probing ``server/discover``, a 400/404/405 here means "legacy server".
+* The connection failed before a response arrived: ``-32000`` with
+  ``data: {"transportError": "ConnectError: ..."}``. A failure to connect at
+  all also reports ``transport_lost("server unreachable: ...")``, after the
+  error frame.
+* An SSE response stream ended before the request's response arrived:
+  ``-32001``, see ``_resume.py``.
+
+A 404 on a message that carried ``Mcp-Session-Id`` means the session is gone
+(unless its body is a JSON-RPC error naming the request's own id, which is
+an ordinary method error): after the error frame, ``transport_lost("session
+expired (404)")``. The client must ``close`` and ``open`` again and
+re-initialize.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Final
+
+import httpx
+
+from .._base import HTTP_ERROR, InvalidFrame
+from ._config import IO_ERRORS, Config, logger
+from ._outlet import error_frame
+from ._pump import decode
+
+if TYPE_CHECKING:
+    from ._outlet import Outlet
+    from ._plumbing import TrackingBackend
+    from ._requests import InFlight, Post
+    from ._resume import StreamResumer
+    from ._session import Session
+
+__all__ = ["Poster"]
+
+#: How much of an error body is read, and how much of it is quoted in ``data.body``.
+_ERROR_BODY_READ: Final = 64 * 1024
+_ERROR_BODY_QUOTE: Final = 1000
+
+
+class Poster:
+    """Runs the HTTP exchange of one message at a time, on the calling thread."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        client: httpx.Client,
+        backend: TrackingBackend,
+        session: Session,
+        inflight: InFlight,
+        outlet: Outlet,
+        resumer: StreamResumer,
+    ) -> None:
+        self._cfg = cfg
+        self._client = client
+        self._backend = backend
+        self._session = session
+        self._inflight = inflight
+        self._outlet = outlet
+        self._resumer = resumer
+
+    def run(self, post: Post) -> None:
+        """POST ``post`` and handle the answer; never raises."""
+        try:
+            self._post(post)
+        except Exception:  # a worker must answer the request, not die
+            logger.exception("unexpected error while posting %s", post.describe())
+            if post.has_id and not self._outlet.silenced(post):
+                self._outlet.fail(
+                    post,
+                    HTTP_ERROR,
+                    "internal transport error",
+                    {"transportError": "internal"},
+                )
+        finally:
+            post.written.set()
+            self._inflight.remove(post)
+
+    def _post(self, post: Post) -> None:
+        self._backend.forget_thread()
+        if not self._inflight.claim(post):
+            return
+        timeout = None if post.has_id else self._cfg.io_timeout
+        request = self._client.build_request(
+            "POST",
+            self._cfg.url,
+            content=post.body,
+            headers=self._session.post_headers(post),
+            extensions={"trace": post.trace},
+            timeout=httpx.Timeout(self._cfg.io_timeout, read=timeout),
+        )
+        try:
+            response = self._client.send(request, stream=True)
+        except IO_ERRORS as exc:
+            self._connection_failed(post, exc)
+            return
+        try:
+            post.written.set()
+            self._handle_response(post, response)
+        finally:
+            response.close()
+
+    def _connection_failed(self, post: Post, exc: Exception) -> None:
+        if self._outlet.silenced(post):
+            return
+        reason = f"{type(exc).__name__}: {exc}"
+        logger.debug("POST %s failed: %s", post.describe(), reason)
+        if post.has_id:
+            self._fail_connection(post, reason)
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            self._outlet.report_lost(f"server unreachable: {reason}")
+        elif not post.has_id:
+            logger.warning("could not POST %s: %s", post.describe(), reason)
+
+    def _fail_connection(self, post: Post, reason: str) -> None:
+        self._outlet.fail(
+            post,
+            HTTP_ERROR,
+            f"connection error: {reason}",
+            {"transportError": reason},
+        )
+
+    def _handle_response(self, post: Post, response: httpx.Response) -> None:
+        status = response.status_code
+        if post.method == "initialize" and 200 <= status < 300:
+            session_id = response.headers.get("mcp-session-id")
+            if session_id:
+                self._session.assigned(session_id)
+        if not 200 <= status < 300:
+            self._http_error(post, response)
+            return
+        if not post.has_id:
+            return  # 202 (or any 2xx) for a notification or a response: done
+        content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if status in (202, 204) or not content_type:
+            self._outlet.fail(
+                post,
+                HTTP_ERROR,
+                f"HTTP {status} {response.reason_phrase}: no response to a request",
+                {"httpStatus": status},
+            )
+        elif content_type == "text/event-stream":
+            self._resumer.consume(post, response)
+        elif content_type == "application/json" or content_type.endswith("+json"):
+            self._consume_json(post, response)
+        else:
+            self._outlet.fail(
+                post,
+                HTTP_ERROR,
+                f"unexpected content type {content_type!r}",
+                {"httpStatus": status, "contentType": content_type},
+            )
+
+    def _http_error(self, post: Post, response: httpx.Response) -> None:
+        status = response.status_code
+        raw = _read_some(response, _ERROR_BODY_READ)
+        server_error = _jsonrpc_error(raw)
+        if post.has_id:
+            if server_error is not None:
+                frame: dict[str, Any] = dict(server_error)
+                frame["id"] = post.request_id
+            else:
+                text = raw.decode("utf-8", "replace")[:_ERROR_BODY_QUOTE]
+                frame = error_frame(
+                    post.request_id,
+                    HTTP_ERROR,
+                    f"HTTP {status} {response.reason_phrase}".rstrip(),
+                    {"httpStatus": status, "body": text},
+                )
+            self._outlet.deliver([frame], post)
+        elif not self._outlet.silenced(post):
+            logger.warning(
+                "HTTP %d %s answering %s",
+                status,
+                response.reason_phrase,
+                post.describe(),
+            )
+        own_id = server_error is not None and post.has_id and server_error.get("id") == post.request_id
+        if status == 404 and post.sent_session and not own_id:
+            self._session.expired()
+            self._outlet.report_lost("session expired (404)")
+
+    def _consume_json(self, post: Post, response: httpx.Response) -> None:
+        limit = self._cfg.max_frame_bytes
+        try:
+            body = _read_some(response, limit + 1, strict=True)
+        except IO_ERRORS as exc:
+            if not self._outlet.silenced(post):
+                self._fail_connection(post, f"{type(exc).__name__}: {exc}")
+            return
+        if len(body) > limit:
+            bad = InvalidFrame(f"JSON body larger than {limit} bytes", body[:200])
+        else:
+            frame = decode(body)
+            if not isinstance(frame, InvalidFrame):
+                self._outlet.deliver([frame], post)
+                return
+            bad = frame
+        status = response.status_code
+        self._outlet.deliver(
+            [
+                bad,
+                error_frame(
+                    post.request_id,
+                    HTTP_ERROR,
+                    f"unusable response body: {bad.error}",
+                    {"httpStatus": status},
+                ),
+            ],
+            post,
+        )
+
+
+def _jsonrpc_error(raw: bytes) -> dict[str, Any] | None:
+    """The body as a JSON-RPC error response, if it is one."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    error = value.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int) or "result" in value:
+        return None
+    return value
+
+
+def _read_some(response: httpx.Response, limit: int, *, strict: bool = False) -> bytes:
+    """Up to ``limit`` bytes of the body. Errors are swallowed unless ``strict``."""
+    buf = bytearray()
+    try:
+        for chunk in response.iter_bytes():
+            buf += chunk
+            if len(buf) >= limit:
+                break
+    except IO_ERRORS:
+        if strict:
+            raise
+    return bytes(buf[:limit])

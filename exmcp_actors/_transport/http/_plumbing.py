@@ -1,0 +1,163 @@
+"""httpx plumbing: sockets another thread can interrupt, the client built on
+them, and the TLS context.
+
+Interrupting blocked reads: closing an httpx response from another thread
+does not wake a thread blocked in ``recv()`` (measured on Linux). So the
+client is built on a connection pool whose network backend records every
+socket and which thread last used it; ``cancel_stream`` and ``close`` shut
+those sockets down (``shutdown(SHUT_RDWR)``), which does wake the reader.
+Consequence: environment proxy settings (``HTTP_PROXY``...) are not used.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+from ._config import Config
+
+__all__ = ["AbortableStream", "TrackingBackend", "make_client", "ssl_context_for"]
+
+
+class AbortableStream(httpcore.NetworkStream):
+    """A network stream whose socket another thread can shut down.
+
+    Every read and write records the calling thread, so the transport can
+    find "the socket worker T is blocked on" without a race: a worker forgets
+    its entry before each new HTTP exchange.
+    """
+
+    def __init__(self, inner: httpcore.NetworkStream, backend: TrackingBackend) -> None:
+        self._inner = inner
+        self._backend = backend
+        #: (thread id, monotonic deadline): reads by that thread time out then.
+        self.deadline: tuple[int, float] | None = None
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        tid = threading.get_ident()
+        self._backend.current[tid] = self
+        deadline = self.deadline
+        if deadline is not None and deadline[0] == tid:
+            timeout = max(0.0, deadline[1] - time.monotonic())
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._backend.current[threading.get_ident()] = self
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._backend.forget(self)
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        self._backend.forget(self)
+        return self._backend.track(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+    def abort(self) -> None:
+        """Shut the socket down: a thread blocked reading it wakes up with EOF or an error."""
+        sock = self._inner.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            try:
+                # The base-class method: ssl.SSLSocket.shutdown would also drop
+                # its SSL object under the feet of the reading thread.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class TrackingBackend(httpcore.NetworkBackend):
+    """httpcore's sync backend, remembering every live stream and its last user thread."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._lock = threading.Lock()
+        self._live: set[AbortableStream] = set()
+        #: thread id -> the stream that thread last read or wrote.
+        self.current: dict[int, AbortableStream] = {}
+
+    def track(self, inner: httpcore.NetworkStream) -> AbortableStream:
+        stream = AbortableStream(inner, self)
+        with self._lock:
+            self._live.add(stream)
+        self.current[threading.get_ident()] = stream
+        return stream
+
+    def forget(self, stream: AbortableStream) -> None:
+        with self._lock:
+            self._live.discard(stream)
+
+    def forget_thread(self) -> None:
+        """Called by a thread before each new HTTP exchange."""
+        self.current.pop(threading.get_ident(), None)
+
+    def stream_of(self, thread_id: int) -> AbortableStream | None:
+        return self.current.get(thread_id)
+
+    def abort_all(self) -> None:
+        with self._lock:
+            streams = list(self._live)
+        for stream in streams:
+            stream.abort()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return self.track(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return self.track(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def make_client(cfg: Config, backend: TrackingBackend, ssl_context: ssl.SSLContext | None) -> httpx.Client:
+    # verify=False only spares building a context this transport never uses
+    # (``ssl_context`` is None for an http:// URL, and redirects are not followed).
+    transport = httpx.HTTPTransport(verify=ssl_context or False)
+    # httpx offers no public way to choose httpcore's network backend; the
+    # pool is rebuilt with ours (see "Interrupting blocked reads" above).
+    # No connection limit: each long-lived stream holds one connection.
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=None,
+        max_keepalive_connections=16,
+        keepalive_expiry=5.0,
+        network_backend=backend,
+    )
+    timeout = httpx.Timeout(connect=cfg.io_timeout, read=None, write=cfg.io_timeout, pool=cfg.io_timeout)
+    return httpx.Client(transport=transport, timeout=timeout, follow_redirects=False)
+
+
+def ssl_context_for(verify: bool | str | ssl.SSLContext) -> ssl.SSLContext:
+    if isinstance(verify, str):  # httpx deprecates a path here; same meaning
+        if os.path.isdir(verify):
+            return ssl.create_default_context(capath=verify)
+        return ssl.create_default_context(cafile=verify)
+    return httpx.create_ssl_context(verify=verify)

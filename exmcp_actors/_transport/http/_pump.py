@@ -1,0 +1,146 @@
+"""From an SSE body to frames: every event one network read completed goes to
+the sink as one batch, until the awaited response arrives.
+
+Once a stream's response has arrived the worker reads the rest of the body
+for up to two seconds, so the connection returns to the pool instead of
+being dropped (a server should end the body right after the response).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import httpx
+
+from .._base import Frame, InvalidFrame
+from .._framing import decode_message, decode_text, invalid_frame
+from ._config import IO_ERRORS, logger
+from ._sse import SSEEvent, SSEParser
+
+if TYPE_CHECKING:
+    from ._outlet import Outlet
+    from ._plumbing import TrackingBackend
+    from ._requests import Post
+
+__all__ = ["EventPump", "decode"]
+
+#: After a stream's response arrived, how long to wait for the end of the body
+#: (reading to the end lets the connection be reused).
+_DRAIN_SECONDS: Final = 2.0
+#: ``_frames``' request id when no response is awaited (None is a valid JSON-RPC id).
+_NO_REQUEST: Final = object()
+
+
+class EventPump:
+    """Reads SSE bodies (POST replies and GET streams alike) into the outlet."""
+
+    def __init__(self, max_frame_bytes: int, backend: TrackingBackend, outlet: Outlet) -> None:
+        self._max_frame_bytes = max_frame_bytes
+        self._backend = backend
+        self._outlet = outlet
+
+    def pump(self, response: httpx.Response, parser: SSEParser, post: Post | None) -> bool:
+        """Deliver the events of an SSE body, one batch per network read.
+
+        Returns True when ``post``'s response arrived (the body is then drained
+        so the connection can be reused), False when the stream ended first.
+        """
+        chunks = response.iter_bytes()
+        request_id = post.request_id if post is not None and post.has_id else _NO_REQUEST
+        outlet = self._outlet
+        try:
+            for chunk in chunks:
+                items = parser.feed_messages(chunk)
+                if not items:
+                    continue
+                frames, done = self._frames(items, request_id)
+                if frames:
+                    outlet.deliver(frames, post)
+                if done:
+                    self._drain(chunks)
+                    return True
+                if post is not None and outlet.silenced(post):
+                    return False
+        except IO_ERRORS as exc:
+            if not (post is not None and outlet.silenced(post)) and not outlet.halt.is_set():
+                logger.debug("SSE stream broke: %s: %s", type(exc).__name__, exc)
+        return False
+
+    def _frames(self, items: list[str | SSEEvent], request_id: Any) -> tuple[list[Frame], bool]:
+        """The frames of a read's events, and whether the last one answers ``request_id``.
+
+        Stops at that answer. ``request_id`` is :data:`_NO_REQUEST` when none is awaited.
+        """
+        frames: list[Frame] = []
+        append = frames.append
+        awaited = request_id is not _NO_REQUEST
+        for item in items:
+            if isinstance(item, str):
+                frame = decode_text(item)  # a plain event's data, decoded from UTF-8 by the parser
+                if frame.__class__ is list:
+                    frame = _batch_refused(item)
+            else:
+                frame = self._event_frame(item)
+                if frame is None:
+                    continue
+            append(frame)
+            if awaited and _answers(frame, request_id):
+                return frames, True
+        return frames, False
+
+    def _event_frame(self, event: SSEEvent) -> Frame | None:
+        """The frame an event from the parser's general path carries, if any."""
+        if event.oversize:
+            return InvalidFrame(f"SSE event larger than {self._max_frame_bytes} bytes")
+        if event.event != "message":
+            logger.debug("ignored SSE event of type %r", event.event)
+            return None
+        if not event.data:
+            return None  # a priming event: it only carries an id
+        return decode(event.data)
+
+    def _drain(self, chunks: Iterator[bytes]) -> None:
+        """Read the rest of a finished stream, briefly, so its connection is reused.
+
+        The deadline is enforced by the socket wrapper, for this thread only:
+        the connection may serve another thread as soon as it is released.
+        """
+        tid = threading.get_ident()
+        stream = self._backend.stream_of(tid)
+        if stream is not None:
+            stream.deadline = (tid, time.monotonic() + _DRAIN_SECONDS)
+        try:
+            # Too slow or broken: httpcore drops the connection instead.
+            with contextlib.suppress(*IO_ERRORS):
+                for _ in chunks:
+                    pass
+        finally:
+            if stream is not None:
+                stream.deadline = None
+
+
+def decode(data: bytes) -> Frame:
+    """One JSON-RPC message, or an InvalidFrame (bad JSON, bad UTF-8, or a batch).
+
+    The size cap was applied when the body or event was read, so none is applied here.
+    """
+    value = decode_message(data, len(data))
+    if isinstance(value, list):
+        return _batch_refused(data)
+    return value
+
+
+def _batch_refused(data: bytes | str) -> InvalidFrame:
+    return invalid_frame("JSON-RPC batches are not accepted", data)
+
+
+def _answers(frame: Frame, request_id: Any) -> bool:
+    """Whether ``frame`` is the response to ``request_id``."""
+    if not isinstance(frame, dict) or "method" in frame or not ("result" in frame or "error" in frame):
+        return False
+    frame_id = frame.get("id")
+    return bool(frame_id == request_id or (frame_id is not None and str(frame_id) == str(request_id)))

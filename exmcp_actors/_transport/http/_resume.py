@@ -1,0 +1,184 @@
+"""The GET side: the legacy standalone GET stream, and the resumption of a
+dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
+
+* ``get`` thread: the legacy standalone GET stream reader, started by
+  :meth:`HttpTransport.negotiated` in the legacy era. 405 means the server
+  has none (fine). When the stream ends it reconnects after the server's
+  ``retry:`` (else ``sse_retry_default``; capped by ``max_retry_delay``) with
+  ``Last-Event-ID``; ``reconnect_attempts`` failures in a row to connect at
+  all report ``transport_lost("GET stream could not reconnect: ...")`` (this
+  is how a dead legacy server is noticed while idle); a 404 while carrying
+  the session id reports ``session expired (404)``; other HTTP refusals, as
+  many times in a row, only give the GET stream up (with a warning).
+* An SSE response stream ended (server closed it, or the connection broke)
+  before the request's response arrived: ``{"code": -32001, "message":
+  "stream dropped", "data": {"streamDropped": true}}``. For a
+  ``subscriptions/listen`` this is the abrupt drop of that one subscription
+  (the client may re-listen and refetch); the transport itself is fine.
+  Legacy streams that carried SSE ids are first resumed with a GET and
+  ``Last-Event-ID``, as the 2025-11-25 revision specifies.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+import httpx
+
+from .._base import STREAM_DROPPED
+from ._config import IO_ERRORS, Config, logger
+from ._sse import SSEParser
+
+if TYPE_CHECKING:
+    from ._outlet import Outlet
+    from ._plumbing import TrackingBackend
+    from ._pump import EventPump
+    from ._requests import Post
+    from ._session import Session
+
+__all__ = ["GetStream", "GetStreams", "StreamResumer"]
+
+
+class GetStreams:
+    """Opens GET streams on the endpoint and paces their reconnections."""
+
+    def __init__(self, cfg: Config, client: httpx.Client, backend: TrackingBackend, session: Session) -> None:
+        self.cfg = cfg
+        self._client = client
+        self._backend = backend
+        self._session = session
+
+    def headers(self, last_event_id: str | None) -> httpx.Headers:
+        """Ready this thread for a new GET resuming after ``last_event_id``: its headers."""
+        self._backend.forget_thread()
+        return self._session.get_headers(last_event_id)
+
+    def open(self, headers: httpx.Headers) -> AbstractContextManager[httpx.Response]:
+        return self._client.stream("GET", self.cfg.url, headers=headers)
+
+    def retry_delay(self, parser: SSEParser) -> float:
+        if parser.retry_ms is None:
+            return self.cfg.sse_retry_default
+        return min(parser.retry_ms / 1000.0, self.cfg.max_retry_delay)
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    return response.status_code == 200 and response.headers.get("content-type", "").startswith("text/event-stream")
+
+
+class StreamResumer:
+    """Reads a POST's SSE reply to its end, resuming a legacy stream with ids."""
+
+    def __init__(self, streams: GetStreams, pump: EventPump, outlet: Outlet) -> None:
+        self._streams = streams
+        self._pump = pump
+        self._outlet = outlet
+
+    def consume(self, post: Post, response: httpx.Response) -> None:
+        cfg = self._streams.cfg
+        outlet = self._outlet
+        parser = SSEParser(cfg.max_frame_bytes)
+        if self._pump.pump(response, parser, post):
+            return
+        failures = 0
+        # A legacy stream with SSE ids can be resumed with GET + Last-Event-ID.
+        while not post.modern and parser.last_event_id and failures < cfg.reconnect_attempts:
+            if outlet.silenced(post) or outlet.halt.wait(self._streams.retry_delay(parser)):
+                return
+            retry_ms = parser.retry_ms
+            parser = SSEParser(cfg.max_frame_bytes, last_event_id=parser.last_event_id)
+            parser.retry_ms = retry_ms
+            outcome = self._resume(post, parser)
+            if outcome is True:
+                return
+            failures = 0 if outcome is None else failures + 1
+        if not outlet.silenced(post):
+            logger.debug("stream of %s dropped before its response", post.describe())
+            outlet.fail(post, STREAM_DROPPED, "stream dropped", {"streamDropped": True})
+
+    def _resume(self, post: Post, parser: SSEParser) -> bool | None:
+        """GET with Last-Event-ID; True: response arrived, None: stream opened but
+        ended again, False: could not reopen."""
+        headers = self._streams.headers(parser.last_event_id)
+        try:
+            with self._streams.open(headers) as response:
+                if not _is_event_stream(response):
+                    logger.debug("resuming %s: HTTP %d", post.describe(), response.status_code)
+                    return False
+                return True if self._pump.pump(response, parser, post) else None
+        except IO_ERRORS as exc:
+            logger.debug("resuming %s failed: %s", post.describe(), exc)
+            return False
+
+
+class GetStream:
+    """The legacy standalone GET stream and its thread."""
+
+    def __init__(self, streams: GetStreams, pump: EventPump, outlet: Outlet) -> None:
+        self._streams = streams
+        self._pump = pump
+        self._outlet = outlet
+        self._lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the reader unless it runs already or the connection is halted."""
+        with self._lock:
+            if (self.thread and self.thread.is_alive()) or self._outlet.halt.is_set():
+                return
+            self.thread = thread = threading.Thread(target=self._loop, name="exmcp-http-get", daemon=True)
+        thread.start()
+
+    def _loop(self) -> None:
+        cfg = self._streams.cfg
+        halt = self._outlet.halt
+        last_event_id: str | None = None
+        delay = cfg.sse_retry_default
+        unreachable = 0  # consecutive failures to connect at all
+        refused = 0  # consecutive HTTP errors
+        while not halt.is_set():
+            headers = self._streams.headers(last_event_id)
+            sent_session = "mcp-session-id" in headers
+            try:
+                with self._streams.open(headers) as response:
+                    status = response.status_code
+                    if status == 405:
+                        logger.debug("the server offers no GET stream (405)")
+                        return
+                    if status == 404 and sent_session:
+                        self._outlet.report_lost("session expired (404)")
+                        return
+                    if not _is_event_stream(response):
+                        refused += 1
+                        unreachable = 0
+                        logger.warning(
+                            "GET stream refused: HTTP %d %s",
+                            status,
+                            response.reason_phrase,
+                        )
+                        if refused >= cfg.reconnect_attempts:
+                            logger.warning("giving up the GET stream")
+                            return
+                    else:
+                        unreachable = refused = 0
+                        logger.debug("GET stream connected")
+                        parser = SSEParser(cfg.max_frame_bytes, last_event_id=last_event_id)
+                        self._pump.pump(response, parser, None)
+                        last_event_id = parser.last_event_id or None
+                        if parser.retry_ms is not None:
+                            delay = self._streams.retry_delay(parser)
+                        if not halt.is_set():
+                            logger.info("GET stream ended; reconnecting in %.2fs", delay)
+            except IO_ERRORS as exc:
+                if halt.is_set():
+                    return
+                unreachable += 1
+                reason = f"{type(exc).__name__}: {exc}"
+                logger.info("GET stream: %s (attempt %d)", reason, unreachable)
+                if unreachable >= cfg.reconnect_attempts:
+                    self._outlet.report_lost(f"GET stream could not reconnect: {reason}")
+                    return
+            if halt.wait(delay):
+                return
