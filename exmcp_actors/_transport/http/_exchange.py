@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._plumbing import TrackingBackend
     from ._requests import InFlight, Post
     from ._resume import StreamResumer
-    from ._session import Session
+    from ._session import HttpSession
 
 __all__ = ["Poster"]
 
@@ -63,7 +63,7 @@ class Poster:
         cfg: Config,
         client: httpx.Client,
         backend: TrackingBackend,
-        session: Session,
+        session: HttpSession,
         inflight: InFlight,
         outlet: Outlet,
         resumer: StreamResumer,

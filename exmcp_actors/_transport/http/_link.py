@@ -23,7 +23,7 @@ from ._plumbing import TrackingBackend, make_client
 from ._pump import EventPump
 from ._requests import InFlight, Post
 from ._resume import GetStream, GetStreams, StreamResumer
-from ._session import Session
+from ._session import HttpSession
 
 if TYPE_CHECKING:
     from .._base import FrameSink
@@ -42,7 +42,7 @@ class Link:
         self._backend = TrackingBackend()
         self._client = make_client(cfg, self._backend, ssl_context)
         self._outlet = Outlet(sink, self._backend)
-        self._session = Session(cfg)
+        self._session = HttpSession(cfg)
         self._inflight = InFlight(self._outlet, self._backend)
         pump = EventPump(cfg.max_frame_bytes, self._backend, self._outlet)
         streams = GetStreams(cfg, self._client, self._backend, self._session)

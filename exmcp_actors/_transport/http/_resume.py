@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._plumbing import TrackingBackend
     from ._pump import EventPump
     from ._requests import Post
-    from ._session import Session
+    from ._session import HttpSession
 
 __all__ = ["GetStream", "GetStreams", "StreamResumer"]
 
@@ -44,7 +44,7 @@ __all__ = ["GetStream", "GetStreams", "StreamResumer"]
 class GetStreams:
     """Opens GET streams on the endpoint and paces their reconnections."""
 
-    def __init__(self, cfg: Config, client: httpx.Client, backend: TrackingBackend, session: Session) -> None:
+    def __init__(self, cfg: Config, client: httpx.Client, backend: TrackingBackend, session: HttpSession) -> None:
         self.cfg = cfg
         self._client = client
         self._backend = backend

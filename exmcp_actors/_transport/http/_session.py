@@ -30,12 +30,12 @@ from ._config import IO_ERRORS, Config, logger
 if TYPE_CHECKING:
     from ._requests import Post
 
-__all__ = ["Session"]
+__all__ = ["HttpSession"]
 
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
 
 
-class Session:
+class HttpSession:
     """What the server assigned and the client negotiated, for one connection."""
 
     def __init__(self, cfg: Config) -> None:
