@@ -522,6 +522,11 @@ def test_a_loss_without_reconnect_stops_the_client() -> None:
     assert [f for f, _ in rejected(effects)] == [future]
     assert effects[-1] == Stop(("transport_closed", "eof"))
     assert only(effects, OpenTransport) == []
+    # Stopping is final at once: a request that arrives before the shell has stopped is refused.
+    assert (driver.session.status, driver.session.connection.phase) == ("disconnected", Phase.CLOSED)
+    late = Future[Any]()
+    [(refused, error)] = rejected(driver.feed(SendRequest("late", "tools/list", None, late)))
+    assert refused is late and type(error) is NotConnected
 
 
 def test_failed_attempts_back_off_and_the_last_one_gives_up() -> None:
@@ -707,12 +712,6 @@ def test_a_listener_registered_after_the_reconnect_is_not_in_its_report() -> Non
     assert [message.tag for message in driver.received(everything)] == [m.RECONNECTED]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Session._frames checks the generation once per batch; the frames after a handshake answer "
-    "that drops the connection (_drop_connection) are still handled: a notification of the abandoned "
-    "connection is held and delivered after the next reconnect, a ping of it is answered",
-)
 def test_frames_after_a_failed_handshake_answer_in_the_same_batch_are_ignored() -> None:
     driver = legacy()
     handle = driver.listener(uris(A))

@@ -119,7 +119,9 @@ class Session:
         self.effects.do(ev.OpenTransport(self.generation, delay))
 
     def _stop(self, reason: Any) -> None:
+        """Close for good: from now on the client is disconnected, whatever arrives before the shell stops."""
         self.closing = True
+        self.connection.move(Move.CLOSE)
         self.effects.do(ev.Stop(reason))
 
     def _opened(self, message: ev.Opened) -> None:
@@ -263,11 +265,12 @@ class Session:
     # -- what the server sends -------------------------------------------------------------
 
     def _frames(self, message: ev.Frames) -> None:
-        if message.generation != self.generation:
-            return
+        generation = message.generation
         on_notification, index, out = self._on_notification, self.registry.index, self.effects.out
         listeners = self.listeners
         for frame in message.frames:
+            if generation != self.generation:
+                return  # this connection is gone (a failed handshake answer earlier in the batch)
             try:
                 parts = notification_parts(frame)
                 if parts is None:
