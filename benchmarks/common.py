@@ -1,7 +1,7 @@
 """Shared plumbing for the benchmarks: result rows, servers, raw clients, timing.
 
-Nothing here imports exmcp_actors: the raw baselines must not depend on the
-library under test.
+The raw baselines use no part of the client under test; only the child-process
+helpers of ``exmcp_actors.testing`` (shared with the tests) come from the package.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import atexit
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from exmcp_actors.testing._process import stop_process as stop_child
+from exmcp_actors.testing._process import wait_for_listening
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOOD_SCRIPT = ROOT / "benchmarks" / "flood_server.py"
@@ -151,13 +153,7 @@ def _track(proc: subprocess.Popen[bytes]) -> None:
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     """SIGTERM, wait, SIGKILL; close the pipes; forget it."""
     try:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout)
+        stop_child(proc, timeout)
     finally:
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
@@ -210,34 +206,12 @@ def listening_server(argv: list[str]) -> Iterator[Listening]:
     proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     _track(proc)
     try:
-        port = _wait_listening(proc, READY_TIMEOUT)
+        port = wait_for_listening(proc, READY_TIMEOUT)
         if port is None:
             raise RuntimeError(f"{argv} did not print LISTENING within {READY_TIMEOUT}s (rc={proc.poll()})")
         yield Listening(proc, port)
     finally:
         stop_process(proc)
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-    assert proc.stdout is not None
-    found: list[int] = []
-    done = threading.Event()
-
-    def read() -> None:
-        try:
-            for raw in proc.stdout:  # type: ignore[union-attr]
-                line = raw.decode("utf-8", "replace").strip()
-                if line.startswith("LISTENING "):
-                    found.append(int(line.split()[1]))
-                    return
-        except (ValueError, OSError):
-            pass
-        finally:
-            done.set()
-
-    threading.Thread(target=read, name="bench-listening", daemon=True).start()
-    done.wait(timeout)
-    return found[0] if found else None
 
 
 # --------------------------------------------------------------------------- raw clients

@@ -8,14 +8,14 @@ peer is spawned by the client under test) and only carries ``argv``/``cwd``.
 from __future__ import annotations
 
 import atexit
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
+
+from exmcp_actors.testing._process import stop_process, wait_for_listening
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_SCRIPT = ROOT / "tests" / "peers" / "sdk_server.py"
@@ -95,7 +95,7 @@ class Peer:
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         self.proc = proc
         _LIVE.add(proc)
-        port = _wait_listening(proc, timeout)
+        port = wait_for_listening(proc, timeout)
         if port is None:
             self.kill()
             raise PeerStartError(f"peer {argv} did not print LISTENING within {timeout}s (rc={proc.poll()})")
@@ -107,13 +107,7 @@ class Peer:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout)
+        stop_process(proc, timeout)
         self._reap()
 
     def kill(self) -> None:
@@ -159,31 +153,6 @@ def _kill_leftovers() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(STOP_TIMEOUT)
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-    """Read stdout until `LISTENING <port>` (or EOF/timeout). Readline runs in a
-    helper thread so the wait itself is bounded."""
-    assert proc.stdout is not None
-    found: list[int] = []
-    done = threading.Event()
-
-    def read() -> None:
-        try:
-            for raw in proc.stdout:  # type: ignore[union-attr]
-                line = raw.decode("utf-8", "replace").strip()
-                if line.startswith("LISTENING "):
-                    found.append(int(line.split()[1]))
-                    return
-        except (ValueError, OSError):
-            pass
-        finally:
-            done.set()
-
-    reader = threading.Thread(target=read, name="peer-listening-reader", daemon=True)
-    reader.start()
-    done.wait(timeout)
-    return found[0] if found else None
 
 
 def start_peer(transport: str, era: str = "both", extra_args: Sequence[str] = ()) -> Peer:
