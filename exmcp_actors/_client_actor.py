@@ -307,19 +307,17 @@ class ClientActor(pykka.ThreadingActor):
         self.timers.discard(threading.current_thread())
         self._tell_self(event)
 
-    def _resolve(self, effect: ev.Resolve) -> None:
-        if not effect.future.done():
-            try:
-                effect.future.set_result(effect.result)
-            except InvalidStateError:
-                pass
-
-    def _reject(self, effect: ev.Reject) -> None:
-        if not effect.future.done():
-            try:
-                effect.future.set_exception(effect.error)
-            except InvalidStateError:
-                pass
+    def _settle(self, effect: ev.Settle) -> None:
+        future = effect.future
+        if future.done():
+            return
+        try:
+            if effect.error is None:
+                future.set_result(effect.result)
+            else:
+                future.set_exception(effect.error)
+        except InvalidStateError:
+            pass  # completed meanwhile: the first outcome stands
 
     def _to_worker(self, effect: ev.ToWorker) -> None:
         if self.worker is not None:
@@ -371,8 +369,7 @@ class ClientActor(pykka.ThreadingActor):
         ev.CancelOnWire: _cancel_on_wire,
         ev.OpenTransport: _open_transport,
         ev.ArmTimer: _arm_timer,
-        ev.Resolve: _resolve,
-        ev.Reject: _reject,
+        ev.Settle: _settle,
         ev.ToWorker: _to_worker,
         ev.StartProxy: _on_start_proxy,
         ev.RetireProxy: _retire_proxy,

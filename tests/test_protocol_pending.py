@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exmcp_actors._protocol._errors import ConnectionLost, NotConnected, RequestError
-from exmcp_actors._protocol._events import Effects, Reject, Resolve
+from exmcp_actors._protocol._events import Effects, Settle
 from exmcp_actors._protocol._jsonrpc import ErrorResponse, Response
 from exmcp_actors._protocol._pending import Answer, PendingTable
 
@@ -19,11 +19,11 @@ def table() -> tuple[PendingTable, Effects]:
 
 
 def one_rejection(effects: Effects, future: Future[Any]) -> BaseException:
-    """The error of the single Reject effect collected (for ``future``), nothing else queued."""
+    """The error of the single failing Settle effect collected (for ``future``), nothing else queued."""
     todo, out = effects.take()
     assert out == {}
     [effect] = todo
-    assert isinstance(effect, Reject)
+    assert isinstance(effect, Settle) and effect.error is not None
     assert effect.future is future
     return effect.error
 
@@ -43,7 +43,7 @@ def test_a_result_resolves_the_hosts_future_through_an_effect() -> None:
     future: Future[Any] = Future()
     pending.add(7, "tools/list", future=future)
     assert pending.answer(Response(7, {"tools": []})) is True
-    assert effects.take() == ([Resolve(future, {"tools": []})], {})
+    assert effects.take() == ([Settle(future, {"tools": []})], {})
     assert not future.done()  # the shell completes it, not the core
     assert len(pending) == 0
 
@@ -106,7 +106,7 @@ def test_each_request_is_answered_once() -> None:
     pending.add(1, "ping", future=future)
     assert pending.answer(Response(1, {}))
     assert pending.answer(Response(1, {})) is False
-    assert effects.take() == ([Resolve(future, {})], {})
+    assert effects.take() == ([Settle(future, {})], {})
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_fail_all_rejects_every_future_and_empties_the_table() -> None:
     pending.add("handshake", "initialize", callback=seen.append)
     error = ConnectionLost("the connection was lost")
     pending.fail_all(error)
-    assert effects.take() == ([Reject(future, error) for future in futures], {})
+    assert effects.take() == ([Settle(future, None, error) for future in futures], {})
     assert len(pending) == 0
     assert seen == []  # callbacks are not answers: a drop is the session's business
     assert pending.answer(Response(0, {})) is False

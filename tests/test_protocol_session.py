@@ -40,11 +40,9 @@ from exmcp_actors._protocol._events import (
     Outbox,
     ProbeTimeout,
     RegisterListener,
-    Reject,
     Relisten,
     RemoveHandle,
     Reset,
-    Resolve,
     Resubscribe,
     ResubscribeReport,
     ResyncDone,
@@ -52,6 +50,7 @@ from exmcp_actors._protocol._events import (
     Send,
     SendFailed,
     SendRequest,
+    Settle,
     StartProxy,
     Stop,
     ToWorker,
@@ -131,7 +130,11 @@ def only(effects: list[Effect], kind: type[T]) -> list[T]:
 
 
 def rejected(effects: list[Effect]) -> list[tuple[Any, BaseException]]:
-    return [(effect.future, effect.error) for effect in only(effects, Reject)]
+    return [(effect.future, effect.error) for effect in only(effects, Settle) if effect.error is not None]
+
+
+def resolved(effects: list[Effect]) -> list[Settle]:
+    return [effect for effect in only(effects, Settle) if effect.error is None]
 
 
 # -- subscribers and handles, built as _client._new_handle builds them ------------------------
@@ -395,7 +398,7 @@ def test_a_legacy_request_is_sent_as_the_host_wrote_it_and_its_answer_resolves_i
     assert effects == [
         Send({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo"}, "id": 9}, request_id=9)
     ]
-    assert driver.frames(result(9, {"content": []})) == [Resolve(future, {"content": []})]
+    assert driver.frames(result(9, {"content": []})) == [Settle(future, {"content": []})]
 
 
 def test_a_modern_request_carries_the_modern_meta_envelope_keeping_the_hosts_own_meta() -> None:
@@ -769,7 +772,7 @@ def test_the_acknowledgment_resolves_the_ack_future_with_the_acknowledged_filter
     driver = modern()
     handle, acknowledged, listen = driver.subscribe(uris(A, B))
     effects = driver.frames(acknowledgment(listen["id"], uris(A)))
-    assert effects == [Resolve(acknowledged, NotificationFilter(uris=(A,)))]
+    assert effects == [Settle(acknowledged, NotificationFilter(uris=(A,)))]
     assert isinstance(handle, Subscription) and handle.acknowledged_filter == uris(A)
 
 
@@ -795,7 +798,7 @@ def test_an_acknowledgment_wider_than_the_request_is_a_protocol_error_and_is_can
     assert future is acknowledged and isinstance(error, ProtocolError)
     reason: Any = error.reason
     assert reason == ("invalid_acknowledgment", acked)
-    assert only(effects, Resolve) == []
+    assert resolved(effects) == []
     assert len(only(effects, RetireProxy)) == 1
     assert driver.session.registry.entries == {}
     driver.frames(updated(A, stamp=listen_id))
@@ -833,7 +836,7 @@ def test_events_before_the_acknowledgment_are_held_and_released_after_it() -> No
     driver.frames(updated(B, stamp=listen_id), updated(A, stamp=listen_id))
     assert driver.out == {}
     effects = driver.frames(acknowledgment(listen_id, uris(A, B)), updated(B, stamp=listen_id))
-    assert only(effects, Resolve) == [Resolve(acknowledged, NotificationFilter(uris=(A, B)))]
+    assert resolved(effects) == [Settle(acknowledged, NotificationFilter(uris=(A, B)))]
     assert driver.received(handle) == [
         event(handle, UPDATED, {"uri": B}),
         event(handle, UPDATED, {"uri": A}),

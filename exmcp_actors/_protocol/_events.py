@@ -219,18 +219,12 @@ class ArmTimer(NamedTuple):
     event: Any
 
 
-class Resolve(NamedTuple):
-    """Complete a host's future with a result."""
+class Settle(NamedTuple):
+    """Complete a host's future: with ``result``, or with ``error`` when it is set (unless done)."""
 
     future: Any
-    result: Any
-
-
-class Reject(NamedTuple):
-    """Fail a host's future (if it is not done yet)."""
-
-    future: Any
-    error: BaseException
+    result: Any = None
+    error: BaseException | None = None
 
 
 class ToWorker(NamedTuple):
@@ -277,8 +271,7 @@ Effect = (
     | CancelOnWire
     | OpenTransport
     | ArmTimer
-    | Resolve
-    | Reject
+    | Settle
     | ToWorker
     | StartProxy
     | RetireProxy
@@ -308,11 +301,11 @@ class Effects:
 
     def resolve(self, future: Any, result: Any) -> None:
         if future is not None:
-            self.todo.append(Resolve(future, result))
+            self.todo.append(Settle(future, result))
 
     def reject(self, future: Any, error: BaseException) -> None:
         if future is not None:
-            self.todo.append(Reject(future, error))
+            self.todo.append(Settle(future, None, error))
 
     def emit(self, route: Any, message: Any) -> None:
         """Queue a message for a subscriber; delivered after the effects."""

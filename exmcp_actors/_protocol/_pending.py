@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConnectionLost, Error, RequestError
-from ._events import Effects, Resolve
+from ._events import Effects
 from ._jsonrpc import ErrorResponse, Response, is_transport_failure
 
 Answer = Response | ErrorResponse
@@ -48,7 +48,7 @@ class PendingTable:
         if pending.callback is not None:
             pending.callback(msg)
         elif isinstance(msg, Response):
-            self._fx.do(Resolve(pending.future, msg.result))
+            self._fx.resolve(pending.future, msg.result)
         elif is_transport_failure(msg):
             # Made up by the transport (HTTP): the same exception as a drop on any other transport.
             self._fx.reject(pending.future, ConnectionLost(f"{pending.method}: {msg.message} ({msg.data})"))
