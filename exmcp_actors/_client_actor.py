@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -29,7 +29,7 @@ from ._protocol import _events as ev
 from ._protocol._errors import TransportError, error_term
 from ._protocol._filters import NotificationFilter
 from ._protocol._index import ListenerIndex
-from ._protocol._jsonrpc import Frame
+from ._protocol._jsonrpc import Frame, RequestBuilder
 from ._protocol._session import Session, SessionConfig
 from ._protocol._state import Phase
 from ._subscriber_proxy import LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy
@@ -77,21 +77,20 @@ class Config:
 # -- messages only the shell handles -------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Start:
+class Start(NamedTuple):
+    """Begin: the worker is running; open the first connection."""
+
     worker: pykka.ActorRef[Any]
     #: ``fetch(acknowledged_filter) -> snapshot``; blocking, run on a resync thread.
     snapshot_fetcher: Callable[[NotificationFilter], Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Disconnect:
-    pass
+class Disconnect(NamedTuple):
+    """The host disconnects: every handle is closed with ``"disconnected"``."""
 
 
-@dataclass(frozen=True, slots=True)
-class InspectClient:
-    pass
+class InspectClient(NamedTuple):
+    """Internal counters, for tests and diagnostics (ask)."""
 
 
 class ConnectionSink:
@@ -126,7 +125,7 @@ class ClientActor(pykka.ThreadingActor):
 
     use_daemon_thread = True
 
-    def __init__(self, config: Config, shared: SharedState, ids: Any, name: str) -> None:
+    def __init__(self, config: Config, shared: SharedState, ids: RequestBuilder, name: str) -> None:
         super().__init__()
         self.config = config
         self.transport = config.transport
@@ -193,8 +192,7 @@ class ClientActor(pykka.ThreadingActor):
 
     def _on_disconnect(self, message: Disconnect) -> None:
         self.closing_reason = "disconnected"
-        if self.worker is not None:
-            self.worker.tell(ev.Reset())  # disconnect sends no unsubscribe
+        self._to_worker(ev.ToWorker(ev.Reset()))  # disconnect sends no unsubscribe
         self.actor_ref.stop(block=False)
 
     def _on_inspect(self, message: InspectClient) -> dict[str, Any]:
