@@ -58,7 +58,9 @@ connection's handler and delivery threads), ``_transport``
 ``_protocol`` (versions, keys, codes, :class:`FakeError`, :data:`NO_REPLY`),
 ``_script`` (which handler answers a method), ``_handshake`` and ``_catalog``
 (the built-in answers), ``_journal`` (what crossed the wire, and waits on it),
-``_gate`` (refusing opens) and ``_ids`` (sets of request ids).
+``_gate`` (refusing opens), ``_ids`` (sets of request ids), and ``_process``
+(server child processes for the test suite and the benchmarks: the port they
+print, stopping them).
 """
 
 from exmcp_actors.testing._connection import FakeConnection
