@@ -154,7 +154,7 @@ class ClientActor(pykka.ThreadingActor):
             self._perform()
 
     def _to_session(self, message: Any) -> Any:
-        if type(message) not in Session._handlers:
+        if not self.session.accepts(message):
             logger.warning("%s: unexpected actor message %r", self.name, message)
             return None
         return self.session.handle(message)
@@ -235,11 +235,13 @@ class ClientActor(pykka.ThreadingActor):
     def _publish(self) -> None:
         session, shared = self.session, self.shared
         shared.generation = session.generation
-        shared.era = session.era
-        shared.protocol_version = session.protocol_version
-        shared.server_info = session.server_info
-        shared.server_capabilities = session.server_capabilities
-        shared.instructions = session.instructions
+        negotiated = session.negotiated
+        if negotiated is not None:
+            shared.era = negotiated.era
+            shared.protocol_version = negotiated.protocol_version
+            shared.server_info = negotiated.server_info
+            shared.server_capabilities = negotiated.capabilities
+            shared.instructions = negotiated.instructions
         if session.connect_error is not None:
             shared.connect_error = session.connect_error
         shared.status = session.status

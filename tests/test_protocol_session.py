@@ -327,8 +327,10 @@ def test_a_legacy_handshake_initializes_then_sends_initialized() -> None:
         TransportNegotiated("2025-11-25", "legacy"),
     ]
     session = driver.session
-    assert (session.status, session.era, session.protocol_version) == ("ready", "legacy", "2025-11-25")
-    assert session.server_info == {"name": "legacy-server"}
+    negotiated = session.negotiated
+    assert negotiated is not None
+    assert (session.status, session.era, negotiated.protocol_version) == ("ready", "legacy", "2025-11-25")
+    assert negotiated.server_info == {"name": "legacy-server"}
 
 
 @pytest.mark.parametrize("mode", ["modern", "auto"])
@@ -338,7 +340,9 @@ def test_a_discover_answer_naming_the_modern_revision_is_ready_at_once(mode: Pro
     [probe] = sent(driver.opened())
     assert driver.frames(result(probe["id"], DISCOVER_RESULT)) == [TransportNegotiated("2026-07-28", "modern")]
     session = driver.session
-    assert (session.status, session.era, session.server_info) == ("ready", "modern", {"name": "modern-server"})
+    negotiated = session.negotiated
+    assert negotiated is not None
+    assert (session.status, session.era, negotiated.server_info) == ("ready", "modern", {"name": "modern-server"})
 
 
 @pytest.mark.parametrize("how", ["refused", "silent"])
@@ -478,6 +482,17 @@ def test_the_first_connect_failing_stops_the_client_and_reports_why(fail: Any, w
     connect_error = session.connect_error
     session.close(("transport_closed", why))
     assert session.status == "disconnected" and session.connect_error is connect_error
+
+
+def test_once_stopping_late_events_of_the_same_connection_change_nothing() -> None:
+    # An open that fails after its reader already reported a loss: both name this connection.
+    driver = Driver("legacy", attempts=5)
+    driver.start()
+    generation = driver.generation
+    assert refuse_the_open(driver) == [Stop(("transport_closed", "connection refused"))]
+    assert driver.feed(Lost(generation, "reader ended")) == []
+    assert driver.feed(Opened(generation)) == []
+    assert (driver.session.status, driver.session.connection.phase) == ("disconnected", Phase.CLOSED)
 
 
 def test_a_loss_when_ready_fails_pending_requests_and_reopens_after_the_first_backoff_delay() -> None:

@@ -6,10 +6,12 @@ then performs what :attr:`Session.effects` collected, in order, before
 delivering the queued messages. The session never blocks, sleeps, starts a
 thread or touches a socket, so each rule here is testable with plain calls.
 
-Its parts: the connection's phase (``_state``) and handshake (``_handshake``),
-the pending-request table (``_pending``), the registry of entries
-(``_registry``), legacy listeners with the pause across a reconnect
-(``_listeners``), and modern subscriptions (``_subscriptions``).
+Its parts: the connection's life (``_lifecycle``: the phases of ``_state``, the
+handshake of ``_handshake``, reconnects), the pending-request table
+(``_pending``), the registry of entries (``_registry``), legacy listeners with
+the pause across a reconnect (``_listeners``), and modern subscriptions
+(``_subscriptions``). The session itself routes what the server sends and what
+the host asks to the part that owns it.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from . import _events as ev
 from . import _jsonrpc as rpc
 from ._backoff import Backoff
 from ._errors import ConnectError, ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
-from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, ProtocolMode, SendFrame, with_modern_meta
+from ._handshake import Negotiated, ProtocolMode, with_modern_meta
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
+from ._lifecycle import Lifecycle
 from ._listeners import Listeners
 from ._pending import PendingTable
 from ._registry import Registry
-from ._state import ConnectionState, Move, Phase
+from ._state import ConnectionState
 from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
@@ -57,45 +60,72 @@ class Session:
         self.ids = ids
         self.name = name
         self.effects = ev.Effects()
-        self.connection = ConnectionState()
-        #: Tags one connection: events of an earlier one are ignored.
-        self.generation = 0
-        self.attempts = 0
-        self.last_error: Any = None
-        #: Set once a Stop is asked for: the shell is closing the client.
-        self.closing = False
-        self.connect_error: ConnectError | None = None
-        self.era: str | None = None
-        self.protocol_version: str | None = None
-        self.server_info: dict[str, Any] = {}
-        self.server_capabilities: dict[str, Any] = {}
-        self.instructions: str | None = None
-        self.handshake: Handshake | None = None
         self.pending = PendingTable(self.effects)
         self.registry = Registry(index if index is not None else ListenerIndex(), self.effects)
         self.listeners = Listeners(self.registry)
         self.subscriptions = Subscriptions(self)
+        self.life = Lifecycle(self)
+        self._handlers = self._inputs()
 
     # -- what the shell reads --------------------------------------------------------------
 
     @property
+    def connection(self) -> ConnectionState:
+        return self.life.connection
+
+    @property
     def status(self) -> str:
-        return self.connection.status
+        return self.life.connection.status
 
     @property
     def ready(self) -> bool:
-        return self.connection.phase is Phase.READY
+        return self.life.ready
+
+    @property
+    def generation(self) -> int:
+        return self.life.generation
+
+    @property
+    def closing(self) -> bool:
+        return self.life.closing
+
+    @property
+    def connect_error(self) -> ConnectError | None:
+        return self.life.connect_error
+
+    @property
+    def era(self) -> str | None:
+        return self.life.era
+
+    @property
+    def negotiated(self) -> Negotiated | None:
+        """What the last handshake negotiated: era, version, server info, capabilities."""
+        return self.life.negotiated
 
     @property
     def lane_generation(self) -> int | None:
         """The connection whose reader may deliver plain notifications itself (see ``_lane``):
         only while settled (ready, legacy, not paused by a reconnect, not closing)."""
-        settled = self.ready and self.era == "legacy" and not self.listeners.paused and not self.closing
-        return self.generation if settled else None
+        life = self.life
+        settled = life.ready and life.era == "legacy" and not self.listeners.paused and not life.closing
+        return life.generation if settled else None
+
+    def start(self) -> None:
+        self.life.start()
+
+    def close(self, reason: Any) -> None:
+        """The client is going down: close every handle with ``reason``, fail pending work."""
+        self.life.close(reason)
+        self.pending.fail_all(NotConnected("the client stopped"))
+        registry = self.registry
+        for entry in list(registry.entries.values()):
+            registry.close(entry, reason, release=False)
+        for slot in list(registry.slots.values()):
+            registry.retire(slot)
 
     def handle(self, event: Any) -> Any:
         """Feed one input; its effects wait in :attr:`effects`. Returns an answer for the host's asks."""
-        return self._handlers[type(event)](self, event)
+        return self._handlers[type(event)](event)
 
     def inspect(self) -> dict[str, Any]:
         registry = self.registry
@@ -109,167 +139,14 @@ class Session:
             "generation": self.generation,
         }
 
-    # -- the connection's life -------------------------------------------------------------
-
-    def start(self) -> None:
-        self._open(delay=0.0)
-
-    def _open(self, delay: float) -> None:
-        self.generation += 1
-        self.effects.do(ev.OpenTransport(self.generation, delay))
-
-    def _stop(self, reason: Any) -> None:
-        """Close for good: from now on the client is disconnected, whatever arrives before the shell stops."""
-        self.closing = True
-        self.connection.move(Move.CLOSE)
-        self.effects.do(ev.Stop(reason))
-
-    def _opened(self, message: ev.Opened) -> None:
-        if message.generation != self.generation:
-            return
-        self.handshake = Handshake(self.config.mode, self.client_info, self.ids, self.connection)
-        self._run_handshake(self.handshake.start())
-
-    def _open_failed(self, message: ev.OpenFailed) -> None:
-        if message.generation == self.generation:
-            self._attempt_failed(message.error)
-
-    def _attempt_failed(self, error: BaseException | Any) -> None:
-        # What the host sees in ("reconnect_exhausted", last_error): the error's own words.
-        self.last_error = str(error) if isinstance(error, BaseException) else error
-        if not self.connection.was_ready:
-            # The first connect fails fast: connect() reports it to the caller.
-            self.connect_error = (
-                error if isinstance(error, ConnectError) else ConnectError(f"could not connect: {error}")
-            )
-            self._stop(("transport_closed", self.last_error))
-            return
-        self.attempts += 1
-        if self.attempts >= self.max_reconnect_attempts:
-            logger.warning("%s: giving up after %d reconnect attempts: %s", self.name, self.attempts, error)
-            self._stop(("reconnect_exhausted", self.last_error))
-            return
-        delay = self.backoff.delay(self.attempts + 1)
-        logger.info("%s: reconnect attempt %d failed (%s); next in %.2fs", self.name, self.attempts, error, delay)
-        self.connection.move(Move.RETRY)
-        self._open(delay)
-
-    def _run_handshake(self, actions: list[Any]) -> None:
-        for action in actions:
-            if isinstance(action, SendFrame):
-                if action.request_id is not None:
-                    self.pending.add(action.request_id, action.message["method"], callback=self._handshake_answer)
-                self.effects.send(action.message, action.request_id)
-            elif isinstance(action, ArmProbeTimer):
-                timeout = ev.ProbeTimeout(self.generation, action.request_id)
-                self.effects.do(ev.ArmTimer(self.config.probe_timeout, timeout))
-            elif isinstance(action, Negotiated):
-                self._negotiated(action)
-            elif isinstance(action, Failed):
-                logger.warning("%s: handshake failed: %s", self.name, action.error)
-                self._drop_connection()
-                self._attempt_failed(action.error)
-
-    def _handshake_answer(self, answer: rpc.Response | rpc.ErrorResponse) -> None:
-        if self.handshake is not None:
-            self._run_handshake(self.handshake.on_answer(answer))
-
-    def _probe_timeout(self, message: ev.ProbeTimeout) -> None:
-        handshake = self.handshake
-        if message.generation != self.generation or handshake is None or not handshake.owns(message.request_id):
-            return
-        logger.info(
-            "%s: no answer to server/discover in %.1fs; trying initialize", self.name, self.config.probe_timeout
-        )
-        self.pending.pop(message.request_id)
-        self._run_handshake(handshake.probe_timed_out(message.request_id))
-
-    def _drop_connection(self) -> None:
-        """Forget the current connection: its late frames and answers are ignored from now on."""
-        self.generation += 1
-        self.pending.fail_all(ConnectionLost("the connection was lost"))
-
-    def _negotiated(self, result: Negotiated) -> None:
-        previous_era = self.era
-        self.era = result.era
-        self.protocol_version = result.protocol_version
-        self.server_info = result.server_info
-        self.server_capabilities = result.capabilities
-        self.instructions = result.instructions
-        self.attempts = 0
-        self.effects.do(ev.TransportNegotiated(result.protocol_version, result.era))
-        first = not self.connection.was_ready
-        self.connection.move(Move.NEGOTIATED)
-        logger.info("%s: ready, MCP %s (%s era)", self.name, result.protocol_version, result.era)
-        if first:
-            return
-        if previous_era != result.era:
-            self._era_changed(result.era)
-        if result.era == "legacy":
-            self.effects.do(ev.ToWorker(ev.Resubscribe(self.generation)))
-        else:
-            self.listeners.resume()
-            self.subscriptions.relisten_dropped()
-
-    def _era_changed(self, era: str) -> None:
-        logger.warning("%s: the peer now speaks the %s era", self.name, era)
-        if era == "modern":
-            # The legacy session and its subscriptions are gone with the old connection.
-            self.effects.do(ev.ToWorker(ev.Reset()))
-        for entry in list(self.registry.entries.values()):
-            if entry.era == era:
-                continue
-            if entry.kind == "watch" and era == "modern":
-                self.subscriptions.become_modern(entry)
-                continue
-            self.registry.close(entry, ("era_changed", era), release=False)
-
-    def _lost(self, message: ev.Lost) -> None:
-        if message.generation != self.generation:
-            return
-        logger.warning("%s: transport lost: %s", self.name, message.reason)
-        self.last_error = message.reason
-        self._drop_connection()
-        if not self.connection.was_ready:
-            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
-            return
-        if not self.config.reconnect:
-            self._stop(("transport_closed", message.reason))
-            return
-        if not self.ready:
-            # The attempt opened but was lost before it was ready: it counts as a failed attempt.
-            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
-            return
-        self.connection.move(Move.LOST)
-        if self.era == "legacy":
-            self.listeners.pause()
-        for entry in self.registry.of_era("modern"):
-            # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
-            self.subscriptions.stream_dropped(entry)
-        self.attempts = 0
-        self._open(self.backoff.delay(1))
-
-    def close(self, reason: Any) -> None:
-        """The client is going down: close every handle with ``reason``, fail pending work."""
-        self.closing = True
-        if self.connection.phase is not Phase.CLOSED:
-            self.connection.move(Move.CLOSE)
-        if self.connect_error is None and not self.connection.was_ready:
-            self.connect_error = ConnectError(f"the client stopped while connecting: {reason!r}")
-        self.pending.fail_all(NotConnected("the client stopped"))
-        for entry in list(self.registry.entries.values()):
-            self.registry.close(entry, reason, release=False)
-        for slot in list(self.registry.slots.values()):
-            self.registry.retire(slot)
-
     # -- what the server sends -------------------------------------------------------------
 
     def _frames(self, message: ev.Frames) -> None:
         generation = message.generation
         on_notification, index, out = self._on_notification, self.registry.index, self.effects.out
-        listeners = self.listeners
+        listeners, life = self.listeners, self.life
         for frame in message.frames:
-            if generation != self.generation:
+            if generation != life.generation:
                 return  # this connection is gone (a failed handshake answer earlier in the batch)
             try:
                 parts = notification_parts(frame)
@@ -403,29 +280,28 @@ class Session:
     def _relisten(self, message: ev.Relisten) -> None:
         self.subscriptions.relisten(message, self.ready and self.era == "modern")
 
-    def _cancel_subscription(self, message: ev.CancelSubscription) -> None:
-        self.subscriptions.cancel(message)
+    def accepts(self, event: Any) -> bool:
+        return type(event) in self._handlers
 
-    def _resync_done(self, message: ev.ResyncDone) -> None:
-        self.subscriptions.resync_done(message)
-
-    _handlers: dict[type, Callable[[Session, Any], Any]] = {
-        ev.Opened: _opened,
-        ev.OpenFailed: _open_failed,
-        ev.Frames: _frames,
-        ev.Lost: _lost,
-        ev.SendFailed: _send_failed,
-        ev.ProbeTimeout: _probe_timeout,
-        ev.SendRequest: _send_request,
-        ev.CancelRequest: _cancel_request,
-        ev.RegisterListener: _register_listener,
-        ev.ActivateListener: _activate_listener,
-        ev.AbandonListener: _abandon_listener,
-        ev.RemoveHandle: _remove_handle,
-        ev.OpenSubscription: _open_subscription,
-        ev.CancelSubscription: _cancel_subscription,
-        ev.SubscriberDied: _subscriber_died,
-        ev.ResubscribeReport: _resubscribed,
-        ev.Relisten: _relisten,
-        ev.ResyncDone: _resync_done,
-    }
+    def _inputs(self) -> dict[type, Callable[[Any], Any]]:
+        life = self.life
+        return {
+            ev.Opened: life.opened,
+            ev.OpenFailed: life.open_failed,
+            ev.Frames: self._frames,
+            ev.Lost: life.lost,
+            ev.SendFailed: self._send_failed,
+            ev.ProbeTimeout: life.probe_timeout,
+            ev.SendRequest: self._send_request,
+            ev.CancelRequest: self._cancel_request,
+            ev.RegisterListener: self._register_listener,
+            ev.ActivateListener: self._activate_listener,
+            ev.AbandonListener: self._abandon_listener,
+            ev.RemoveHandle: self._remove_handle,
+            ev.OpenSubscription: self._open_subscription,
+            ev.CancelSubscription: self.subscriptions.cancel,
+            ev.SubscriberDied: self._subscriber_died,
+            ev.ResubscribeReport: self._resubscribed,
+            ev.Relisten: self._relisten,
+            ev.ResyncDone: self.subscriptions.resync_done,
+        }

@@ -1,0 +1,205 @@
+"""A connection's life (sans-IO): open, handshake, ready, lost, reconnect, stop.
+
+It drives the phases of the state table (``_state``) and owns what describes
+the current connection: its generation (events of an earlier connection are
+ignored), the attempts made, the handshake and what it negotiated. What a loss
+or a new connection means for listeners and subscriptions it asks of the
+session's other parts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from . import _events as ev
+from . import _jsonrpc as rpc
+from ._errors import ConnectError, ConnectionLost
+from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, SendFrame
+from ._state import ConnectionState, Move, Phase
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+logger = logging.getLogger("exmcp_actors")
+
+
+class Lifecycle:
+    """The connection part of a :class:`~._session.Session`."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._fx = session.effects
+        self.config = session.config
+        self.client_info = session.client_info
+        self.ids = session.ids
+        self.name = session.name
+        self.backoff = session.backoff
+        self.max_reconnect_attempts = session.max_reconnect_attempts
+        self.connection = ConnectionState()
+        #: Tags one connection: events of an earlier one are ignored.
+        self.generation = 0
+        self.attempts = 0
+        self.last_error: Any = None
+        #: Set once a Stop is asked for: the shell is closing the client.
+        self.closing = False
+        self.connect_error: ConnectError | None = None
+        self.handshake: Handshake | None = None
+        #: What the last handshake negotiated (None before the first).
+        self.negotiated: Negotiated | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.connection.phase is Phase.READY
+
+    @property
+    def era(self) -> str | None:
+        return self.negotiated.era if self.negotiated is not None else None
+
+    def _current(self, generation: int) -> bool:
+        """Whether an event belongs to the connection in hand (and the client is not closing)."""
+        return generation == self.generation and not self.closing
+
+    def start(self) -> None:
+        self._open(delay=0.0)
+
+    def _open(self, delay: float) -> None:
+        self.generation += 1
+        self._fx.do(ev.OpenTransport(self.generation, delay))
+
+    def stop(self, reason: Any) -> None:
+        """Close for good: from now on the client is disconnected, whatever arrives before the shell stops."""
+        self.closing = True
+        self.connection.move(Move.CLOSE)
+        self._fx.do(ev.Stop(reason))
+
+    def opened(self, message: ev.Opened) -> None:
+        if not self._current(message.generation):
+            return
+        self.handshake = Handshake(self.config.mode, self.client_info, self.ids, self.connection)
+        self._run_handshake(self.handshake.start())
+
+    def open_failed(self, message: ev.OpenFailed) -> None:
+        if self._current(message.generation):
+            self._attempt_failed(message.error)
+
+    def _attempt_failed(self, error: BaseException | Any) -> None:
+        # What the host sees in ("reconnect_exhausted", last_error): the error's own words.
+        self.last_error = str(error) if isinstance(error, BaseException) else error
+        if not self.connection.was_ready:
+            # The first connect fails fast: connect() reports it to the caller.
+            self.connect_error = (
+                error if isinstance(error, ConnectError) else ConnectError(f"could not connect: {error}")
+            )
+            self.stop(("transport_closed", self.last_error))
+            return
+        self.attempts += 1
+        if self.attempts >= self.max_reconnect_attempts:
+            logger.warning("%s: giving up after %d reconnect attempts: %s", self.name, self.attempts, error)
+            self.stop(("reconnect_exhausted", self.last_error))
+            return
+        delay = self.backoff.delay(self.attempts + 1)
+        logger.info("%s: reconnect attempt %d failed (%s); next in %.2fs", self.name, self.attempts, error, delay)
+        self.connection.move(Move.RETRY)
+        self._open(delay)
+
+    def _run_handshake(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, SendFrame):
+                if action.request_id is not None:
+                    self._session.pending.add(
+                        action.request_id, action.message["method"], callback=self._handshake_answer
+                    )
+                self._fx.send(action.message, action.request_id)
+            elif isinstance(action, ArmProbeTimer):
+                timeout = ev.ProbeTimeout(self.generation, action.request_id)
+                self._fx.do(ev.ArmTimer(self.config.probe_timeout, timeout))
+            elif isinstance(action, Negotiated):
+                self._negotiated(action)
+            elif isinstance(action, Failed):
+                logger.warning("%s: handshake failed: %s", self.name, action.error)
+                self._drop_connection()
+                self._attempt_failed(action.error)
+
+    def _handshake_answer(self, answer: rpc.Response | rpc.ErrorResponse) -> None:
+        if self.handshake is not None:
+            self._run_handshake(self.handshake.on_answer(answer))
+
+    def probe_timeout(self, message: ev.ProbeTimeout) -> None:
+        handshake = self.handshake
+        if not self._current(message.generation) or handshake is None or not handshake.owns(message.request_id):
+            return
+        logger.info(
+            "%s: no answer to server/discover in %.1fs; trying initialize", self.name, self.config.probe_timeout
+        )
+        self._session.pending.pop(message.request_id)
+        self._run_handshake(handshake.probe_timed_out(message.request_id))
+
+    def _drop_connection(self) -> None:
+        """Forget the current connection: its late frames and answers are ignored from now on."""
+        self.generation += 1
+        self._session.pending.fail_all(ConnectionLost("the connection was lost"))
+
+    def _negotiated(self, result: Negotiated) -> None:
+        previous_era = self.era
+        self.negotiated = result
+        self.attempts = 0
+        self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era))
+        first = not self.connection.was_ready
+        self.connection.move(Move.NEGOTIATED)
+        logger.info("%s: ready, MCP %s (%s era)", self.name, result.protocol_version, result.era)
+        if first:
+            return
+        if previous_era != result.era:
+            self._era_changed(result.era)
+        if result.era == "legacy":
+            self._fx.do(ev.ToWorker(ev.Resubscribe(self.generation)))
+        else:
+            self._session.listeners.resume()
+            self._session.subscriptions.relisten_dropped()
+
+    def _era_changed(self, era: str) -> None:
+        logger.warning("%s: the peer now speaks the %s era", self.name, era)
+        if era == "modern":
+            # The legacy session and its subscriptions are gone with the old connection.
+            self._fx.do(ev.ToWorker(ev.Reset()))
+        for entry in list(self._session.registry.entries.values()):
+            if entry.era == era:
+                continue
+            if entry.kind == "watch" and era == "modern":
+                self._session.subscriptions.become_modern(entry)
+                continue
+            self._session.registry.close(entry, ("era_changed", era), release=False)
+
+    def lost(self, message: ev.Lost) -> None:
+        if not self._current(message.generation):
+            return
+        logger.warning("%s: transport lost: %s", self.name, message.reason)
+        self.last_error = message.reason
+        self._drop_connection()
+        if not self.connection.was_ready:
+            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
+            return
+        if not self.config.reconnect:
+            self.stop(("transport_closed", message.reason))
+            return
+        if not self.ready:
+            # The attempt opened but was lost before it was ready: it counts as a failed attempt.
+            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
+            return
+        self.connection.move(Move.LOST)
+        if self.era == "legacy":
+            self._session.listeners.pause()
+        for entry in self._session.registry.of_era("modern"):
+            # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
+            self._session.subscriptions.stream_dropped(entry)
+        self.attempts = 0
+        self._open(self.backoff.delay(1))
+
+    def close(self, reason: Any) -> None:
+        """The client is going down for good."""
+        self.closing = True
+        if self.connection.phase is not Phase.CLOSED:
+            self.connection.move(Move.CLOSE)
+        if self.connect_error is None and not self.connection.was_ready:
+            self.connect_error = ConnectError(f"the client stopped while connecting: {reason!r}")
