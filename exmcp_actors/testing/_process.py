@@ -37,7 +37,7 @@ def wait_for_listening(proc: subprocess.Popen[bytes], timeout: float) -> int | N
         finally:
             done.set()
 
-    threading.Thread(target=read, name="exmcp-test-listening", daemon=True).start()
+    threading.Thread(target=read, name="peer-listening-reader", daemon=True).start()
     done.wait(timeout)
     return found[0] if found else None
 
