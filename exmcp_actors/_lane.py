@@ -10,11 +10,12 @@ modern events, anything while the lane is shut) goes to the client actor as
 before, and from then on so does every later frame, until the actor has
 handled them: the wire order a subscriber sees never changes.
 
-The actor is the only writer of the index. It changes the index, and opens or
-shuts the lane, under the lane's lock; the reader delivers under the same lock.
-So a listener removed by the actor is never delivered to afterwards, and the
-closing messages the actor sends after shutting the lane come after everything
-the reader delivered.
+The client actor's thread is the only writer of the index: the session it runs
+is handed this lane as its index, so every ``add`` and ``remove`` takes the
+lane's lock, and the actor opens or shuts the lane under the same lock; the
+reader delivers under it too. So a listener removed by the session is never
+delivered to afterwards, and the closing messages the actor sends after
+shutting the lane come after everything the reader delivered.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class DeliveryLane:
 
     def __init__(self, index: ListenerIndex[Any]) -> None:
         self.index = index
-        #: Lookups need no lock: only the actor changes the index, and it is the one reading.
+        #: The session's lookups need no lock: they run on the actor's thread, the only writer.
         self.reached = index.reached
         self._lock = threading.Lock()
         #: The connection generation the reader may deliver for; None: the lane is shut.
