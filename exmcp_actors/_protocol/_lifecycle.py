@@ -31,11 +31,7 @@ class Lifecycle:
         self._session = session
         self._fx = session.effects
         self.config = session.config
-        self.client_info = session.client_info
-        self.ids = session.ids
         self.name = session.name
-        self.backoff = session.backoff
-        self.max_reconnect_attempts = session.max_reconnect_attempts
         self.connection = ConnectionState()
         #: Tags one connection: events of an earlier one are ignored.
         self.generation = 0
@@ -76,7 +72,7 @@ class Lifecycle:
     def opened(self, message: ev.Opened) -> None:
         if not self._current(message.generation):
             return
-        self.handshake = Handshake(self.config.mode, self.client_info, self.ids, self.connection)
+        self.handshake = Handshake(self.config.mode, self.config.client_info, self._session.ids, self.connection)
         self._run_handshake(self.handshake.start())
 
     def open_failed(self, message: ev.OpenFailed) -> None:
@@ -94,11 +90,11 @@ class Lifecycle:
             self.stop(("transport_closed", self.last_error))
             return
         self.attempts += 1
-        if self.attempts >= self.max_reconnect_attempts:
+        if self.attempts >= self.config.max_reconnect_attempts:
             logger.warning("%s: giving up after %d reconnect attempts: %s", self.name, self.attempts, error)
             self.stop(("reconnect_exhausted", self.last_error))
             return
-        delay = self.backoff.delay(self.attempts + 1)
+        delay = self.config.backoff.delay(self.attempts + 1)
         logger.info("%s: reconnect attempt %d failed (%s); next in %.2fs", self.name, self.attempts, error, delay)
         self.connection.move(Move.RETRY)
         self._open(delay)
@@ -194,7 +190,7 @@ class Lifecycle:
             # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
             self._session.subscriptions.stream_dropped(entry)
         self.attempts = 0
-        self._open(self.backoff.delay(1))
+        self._open(self.config.backoff.delay(1))
 
     def close(self, reason: Any) -> None:
         """The client is going down for good."""

@@ -54,9 +54,6 @@ class Session:
         self, config: SessionConfig, ids: rpc.RequestBuilder, index: Index | None = None, name: str = "client"
     ) -> None:
         self.config = config
-        self.client_info = config.client_info
-        self.max_reconnect_attempts = config.max_reconnect_attempts
-        self.backoff = config.backoff
         self.ids = ids
         self.name = name
         self.effects = ev.Effects()
@@ -200,7 +197,7 @@ class Session:
             return
         params = message.params
         if self.era == "modern":
-            params = with_modern_meta(params, self.client_info)
+            params = with_modern_meta(params, self.config.client_info)
         self.pending.add(message.request_id, message.method, future=message.future)
         self.effects.send(rpc.RequestBuilder.request(message.method, params, message.request_id), message.request_id)
 
@@ -218,7 +215,7 @@ class Session:
             return
         params: dict[str, Any] = {"requestId": request_id, "reason": reason}
         if self.era == "modern":
-            params = with_modern_meta(params, self.client_info)
+            params = with_modern_meta(params, self.config.client_info)
         self.effects.do(ev.CancelOnWire(request_id, rpc.notification("notifications/cancelled", params)))
 
     # -- handles ---------------------------------------------------------------------------

@@ -59,7 +59,7 @@ class Subscriptions:
         handle = entry.handle
         if hasattr(handle, "subscription_id"):
             handle.subscription_id = entry.listen_id
-        params = with_modern_meta({"notifications": entry.requested.as_dict()}, session.client_info)
+        params = with_modern_meta({"notifications": entry.requested.as_dict()}, session.config.client_info)
         session.effects.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
 
     def relisten_dropped(self) -> None:
@@ -162,10 +162,10 @@ class Subscriptions:
             # server. Not the server's answer: re-listen after a backoff (or on reconnect).
             self.stream_dropped(entry)
             entry.relisten_attempts += 1
-            if entry.relisten_attempts > session.max_reconnect_attempts:
+            if entry.relisten_attempts > session.config.max_reconnect_attempts:
                 registry.close(entry, ("reconnect_exhausted", error.as_term()), release=False)
                 return
-            delay = session.backoff.delay(entry.relisten_attempts)
+            delay = session.config.backoff.delay(entry.relisten_attempts)
             session.effects.do(ArmTimer(delay, Relisten(entry.handle.id, session.generation)))
             return
         if entry.state == "awaiting_ack":
