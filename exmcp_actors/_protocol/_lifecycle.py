@@ -165,7 +165,7 @@ class Lifecycle:
             if entry.kind == "watch" and era == "modern":
                 self._session.subscriptions.become_modern(entry)
                 continue
-            self._session.registry.close(entry, ("era_changed", era), release=False)
+            self._session.registry.close(entry, ("era_changed", era))
 
     def lost(self, message: ev.Lost) -> None:
         if not self._current(message.generation):

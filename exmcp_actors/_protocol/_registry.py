@@ -125,10 +125,9 @@ class Registry:
         if entry.holds_uris:
             self._fx.do(ToWorker(Release(entry.handle.id)))
 
-    def close(self, entry: Entry, reason: Any, *, release: bool) -> None:
-        """Deliver the one closing message and forget the entry."""
-        if release:
-            self.release(entry)
+    def close(self, entry: Entry, reason: Any) -> None:
+        """Deliver the one closing message and forget the entry (its URIs, if any, are the
+        worker's to forget: a close comes with the end of the session that held them)."""
         if entry.state not in ("pending", "dead", "awaiting_ack"):
             self.emit(entry, entry.closed(reason))
         self._fx.reject(entry.ack_future, NotConnected(f"closed: {reason!r}"))

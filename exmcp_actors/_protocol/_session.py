@@ -116,7 +116,7 @@ class Session:
         self.pending.fail_all(NotConnected("the client stopped"))
         registry = self.registry
         for entry in list(registry.entries.values()):
-            registry.close(entry, reason, release=False)
+            registry.close(entry, reason)
         for slot in list(registry.slots.values()):
             registry.retire(slot)
 

@@ -113,7 +113,7 @@ class Subscriptions:
                 effects.reject(entry.ack_future, ProtocolError(why, reason=("invalid_acknowledgment", acked)))
                 registry.forget(entry.handle.id)
             else:
-                registry.close(entry, ("protocol_error", why), release=False)
+                registry.close(entry, ("protocol_error", why))
             return
         first = entry.state == "awaiting_ack"
         entry.acknowledged = ack
@@ -154,7 +154,7 @@ class Subscriptions:
                 )
                 registry.forget(entry.handle.id)
                 return
-            registry.close(entry, ("complete", msg.result), release=False)
+            registry.close(entry, ("complete", msg.result))
             return
         error = RequestError(msg.code, msg.message, msg.data)
         if is_transport_failure(msg) and entry.state != "awaiting_ack":
@@ -163,7 +163,7 @@ class Subscriptions:
             self.stream_dropped(entry)
             entry.relisten_attempts += 1
             if entry.relisten_attempts > session.config.max_reconnect_attempts:
-                registry.close(entry, ("reconnect_exhausted", error.as_term()), release=False)
+                registry.close(entry, ("reconnect_exhausted", error.as_term()))
                 return
             delay = session.config.backoff.delay(entry.relisten_attempts)
             session.effects.do(ArmTimer(delay, Relisten(entry.handle.id, session.generation)))
@@ -174,7 +174,7 @@ class Subscriptions:
             return
         if entry.state in ("resyncing", "relistening") and entry.kind == "subscription":
             registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
-        registry.close(entry, ("error", error.as_term()), release=False)
+        registry.close(entry, ("error", error.as_term()))
 
     # -- drops, re-listens and resyncs -----------------------------------------------------
 
@@ -236,7 +236,7 @@ class Subscriptions:
             self._session.effects.reject(entry.ack_future, ListenerNotFound("cancelled before the acknowledgment"))
             self._registry.forget(entry.handle.id)
         else:
-            self._registry.close(entry, message.reason, release=False)
+            self._registry.close(entry, message.reason)
 
 
 def _unstamped(params: dict[str, Any]) -> dict[str, Any]:
