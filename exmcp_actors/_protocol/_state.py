@@ -52,8 +52,7 @@ class Move(enum.Enum):
     CLOSE = "close"
 
 
-_HANDSHAKING: Final = (Phase.PROBING, Phase.INITIALIZING)
-_NOT_READY: Final = (Phase.OPENING, *_HANDSHAKING, Phase.RECONNECTING)
+_NOT_READY: Final = (Phase.OPENING, Phase.PROBING, Phase.INITIALIZING, Phase.RECONNECTING)
 
 #: (phase, move) -> next phase. The whole life of a connection.
 TRANSITIONS: Final[dict[tuple[Phase, Move], Phase]] = {
@@ -95,13 +94,6 @@ class ConnectionState:
         if self.phase is Phase.READY:
             self.was_ready = True
         return self.phase
-
-    def can(self, move: Move) -> bool:
-        return (self.phase, move) in TRANSITIONS
-
-    @property
-    def handshaking(self) -> bool:
-        return self.phase in _HANDSHAKING
 
     @property
     def status(self) -> str:
