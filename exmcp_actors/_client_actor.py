@@ -233,19 +233,20 @@ class ClientActor(pykka.ThreadingActor):
         self.lane.open_for(None if self.stopping.is_set() else session.lane_generation)
 
     def _publish(self) -> None:
-        session, shared = self.session, self.shared
-        shared.generation = session.generation
-        negotiated = session.negotiated
+        life, shared = self.session.life, self.shared
+        shared.generation = life.generation
+        negotiated = life.negotiated
         if negotiated is not None:
             shared.era = negotiated.era
             shared.protocol_version = negotiated.protocol_version
             shared.server_info = negotiated.server_info
             shared.server_capabilities = negotiated.capabilities
             shared.instructions = negotiated.instructions
-        if session.connect_error is not None:
-            shared.connect_error = session.connect_error
-        shared.status = session.status
-        if not shared.ready.is_set() and (session.connection.was_ready or session.connection.phase is Phase.CLOSED):
+        if life.connect_error is not None:
+            shared.connect_error = life.connect_error
+        shared.status = life.connection.status
+        # connect() waits for this: the first READY, or the end (its error is set by then).
+        if not shared.ready.is_set() and (life.connection.was_ready or life.connection.phase is Phase.CLOSED):
             shared.ready.set()
 
     def _send(self, effect: ev.Send) -> None:

@@ -312,7 +312,7 @@ def test_an_opened_transport_is_probed_with_server_discover_under_a_probe_timer(
     assert probe["method"] == "server/discover"
     assert probe["params"] == {"_meta": modern_meta(INFO)}
     assert effects == [Send(probe, probe["id"]), ArmTimer(PROBE_TIMEOUT, ProbeTimeout(1, probe["id"]))]
-    assert driver.session.connection.phase is Phase.PROBING
+    assert driver.session.life.connection.phase is Phase.PROBING
 
 
 def test_a_legacy_handshake_initializes_then_sends_initialized() -> None:
@@ -327,7 +327,7 @@ def test_a_legacy_handshake_initializes_then_sends_initialized() -> None:
         TransportNegotiated("2025-11-25", "legacy"),
     ]
     session = driver.session
-    negotiated = session.negotiated
+    negotiated = session.life.negotiated
     assert negotiated is not None
     assert (session.status, session.era, negotiated.protocol_version) == ("ready", "legacy", "2025-11-25")
     assert negotiated.server_info == {"name": "legacy-server"}
@@ -340,7 +340,7 @@ def test_a_discover_answer_naming_the_modern_revision_is_ready_at_once(mode: Pro
     [probe] = sent(driver.opened())
     assert driver.frames(result(probe["id"], DISCOVER_RESULT)) == [TransportNegotiated("2026-07-28", "modern")]
     session = driver.session
-    negotiated = session.negotiated
+    negotiated = session.life.negotiated
     assert negotiated is not None
     assert (session.status, session.era, negotiated.server_info) == ("ready", "modern", {"name": "modern-server"})
 
@@ -476,12 +476,12 @@ def test_the_first_connect_failing_stops_the_client_and_reports_why(fail: Any, w
     effects = fail(driver)
     assert effects == [Stop(("transport_closed", why))]
     session = driver.session
-    assert isinstance(session.connect_error, ConnectError)
-    assert why in str(session.connect_error)
-    assert session.closing and not session.connection.was_ready
-    connect_error = session.connect_error
+    assert isinstance(session.life.connect_error, ConnectError)
+    assert why in str(session.life.connect_error)
+    assert session.life.closing and not session.life.connection.was_ready
+    connect_error = session.life.connect_error
     session.close(("transport_closed", why))
-    assert session.status == "disconnected" and session.connect_error is connect_error
+    assert session.status == "disconnected" and session.life.connect_error is connect_error
 
 
 def test_once_stopping_late_events_of_the_same_connection_change_nothing() -> None:
@@ -492,7 +492,7 @@ def test_once_stopping_late_events_of_the_same_connection_change_nothing() -> No
     assert refuse_the_open(driver) == [Stop(("transport_closed", "connection refused"))]
     assert driver.feed(Lost(generation, "reader ended")) == []
     assert driver.feed(Opened(generation)) == []
-    assert (driver.session.status, driver.session.connection.phase) == ("disconnected", Phase.CLOSED)
+    assert (driver.session.status, driver.session.life.connection.phase) == ("disconnected", Phase.CLOSED)
 
 
 def test_a_loss_when_ready_fails_pending_requests_and_reopens_after_the_first_backoff_delay() -> None:
@@ -509,7 +509,7 @@ def test_a_loss_when_ready_fails_pending_requests_and_reopens_after_the_first_ba
     assert reopen.generation == driver.generation > old
     assert reopen.delay == BACKOFF.delay(1) == 0.5
     assert effects[-1] == reopen  # the futures fail before anything else happens
-    assert (driver.session.status, driver.session.connection.phase) == ("reconnecting", Phase.RECONNECTING)
+    assert (driver.session.status, driver.session.life.connection.phase) == ("reconnecting", Phase.RECONNECTING)
     assert len(driver.session.pending) == 0
 
 
@@ -541,7 +541,7 @@ def test_a_loss_without_reconnect_stops_the_client() -> None:
     assert effects[-1] == Stop(("transport_closed", "eof"))
     assert only(effects, OpenTransport) == []
     # Stopping is final at once: a request that arrives before the shell has stopped is refused.
-    assert (driver.session.status, driver.session.connection.phase) == ("disconnected", Phase.CLOSED)
+    assert (driver.session.status, driver.session.life.connection.phase) == ("disconnected", Phase.CLOSED)
     late = Future[Any]()
     [(refused, error)] = rejected(driver.feed(SendRequest("late", "tools/list", None, late)))
     assert refused is late and type(error) is NotConnected
@@ -560,7 +560,7 @@ def test_failed_attempts_back_off_and_the_last_one_gives_up() -> None:
     # attempt 3: the handshake is refused; that was the last attempt
     effects = refuse_the_initialize(driver)
     assert effects == [Stop(("reconnect_exhausted", "initialize failed: -32600 no thanks"))]
-    assert driver.session.connect_error is None  # connect() succeeded long ago
+    assert driver.session.life.connect_error is None  # connect() succeeded long ago
 
 
 def test_a_successful_reconnect_starts_the_count_of_attempts_afresh() -> None:

@@ -24,14 +24,13 @@ from typing import Any
 from . import _events as ev
 from . import _jsonrpc as rpc
 from ._backoff import Backoff
-from ._errors import ConnectError, ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
-from ._handshake import Negotiated, ProtocolMode, with_modern_meta
+from ._errors import ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
+from ._handshake import ProtocolMode, with_modern_meta
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
 from ._lifecycle import Lifecycle
 from ._listeners import Listeners
 from ._pending import PendingTable
 from ._registry import Registry
-from ._state import ConnectionState
 from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
@@ -67,10 +66,6 @@ class Session:
     # -- what the shell reads --------------------------------------------------------------
 
     @property
-    def connection(self) -> ConnectionState:
-        return self.life.connection
-
-    @property
     def status(self) -> str:
         return self.life.connection.status
 
@@ -83,21 +78,8 @@ class Session:
         return self.life.generation
 
     @property
-    def closing(self) -> bool:
-        return self.life.closing
-
-    @property
-    def connect_error(self) -> ConnectError | None:
-        return self.life.connect_error
-
-    @property
     def era(self) -> str | None:
         return self.life.era
-
-    @property
-    def negotiated(self) -> Negotiated | None:
-        """What the last handshake negotiated: era, version, server info, capabilities."""
-        return self.life.negotiated
 
     @property
     def lane_generation(self) -> int | None:
