@@ -166,14 +166,14 @@ class ClientActor(pykka.ThreadingActor):
 
     def _on_frames(self, message: ev.Frames) -> None:
         try:
-            if message.generation == self.session.generation:
-                self._handle_frames(message.frames)
+            self._handle_frames(message)
         finally:
             self.lane.handled()  # after the flush: the reader may deliver again
 
-    def _handle_frames(self, frames: list[Frame]) -> None:
+    def _handle_frames(self, message: ev.Frames) -> None:
+        """Handle a batch (the session skips frames of an older connection), then deliver."""
         try:
-            self.session.handle(ev.Frames(self.session.generation, frames))
+            self.session.handle(message)
         finally:
             self._perform()
 

@@ -1285,7 +1285,7 @@ class ActorBlocker:
             frames = list(message.frames)
             for index, frame in enumerate(frames):
                 if isinstance(frame, dict) and frame.get("method") == self.METHOD:
-                    actor._handle_frames(frames[:index])
+                    actor._handle_frames(Frames(message.generation, frames[:index]))
                     self.blocked.set()
                     self.release.wait(10.0)
                     # Exactly one call of the real handler per batch: it marks the batch handled.
