@@ -10,7 +10,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from ._client import Client, check_timeout
+from ._calls import check_timeout
+from ._client import Client
 from ._client_actor import ClientActor, Config, SharedState, Start
 from ._protocol._backoff import Backoff
 from ._protocol._errors import ConnectError
