@@ -45,6 +45,7 @@ from ._protocol._messages import (
 )
 from ._protocol._versions import LEGACY_VERSIONS, MODERN_VERSIONS
 from ._subscription import Subscription, Watch
+from ._task import Task
 from ._transport._base import Transport
 from ._transport._stdio import StdioTransport
 from ._transport._websocket import WebSocketTransport
@@ -79,6 +80,7 @@ __all__ = [
     "SubscriptionClosed",
     "SubscriptionEvent",
     "SubscriptionResync",
+    "Task",
     "Transport",
     "TransportError",
     "UseListen",

@@ -6,19 +6,30 @@ client's actor reference, request ids, default timeout and era.
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pykka
 
+from ._host_pool import HostRuntime
 from ._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
-from ._protocol._events import CancelRequest, SendRequest
+from ._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
+from ._protocol._host_checks import LOG_LEVELS, check_roots
 from ._protocol._jsonrpc import RequestBuilder
+from ._task import Task
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES = 10_000
+#: Most ``input_required`` rounds (2026-07-28) one call goes through; the SDKs use 10 too.
+MAX_INPUT_ROUNDS = 10
+#: How long a finished call waits for its progress callback to take what already arrived.
+PROGRESS_DRAIN_WAIT = 5.0
+_progress_tokens = itertools.count(1)
 
 
 def check_timeout(name: str, value: Any) -> float:
@@ -35,6 +46,7 @@ class ServerCalls:
     _ref: pykka.ActorRef[Any]
     _ids: RequestBuilder
     _request_timeout: float
+    _host: HostRuntime
 
     @property
     def era(self) -> str | None:
@@ -67,6 +79,59 @@ class ServerCalls:
             except pykka.ActorDeadError:
                 pass
             raise RequestTimeout(f"{method} got no answer within {wait}s") from None
+
+    def _interactive(
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float | None,
+        progress: Callable[[dict[str, Any]], Any] | None,
+    ) -> Any:
+        """A request the server may answer with progress, or (2026-07-28) ``input_required``."""
+        if progress is None:
+            return self._driving_input(method, params, timeout)
+        if not callable(progress):
+            raise TypeError(f"progress must be a callable fn(params), got {type(progress).__name__}")
+        token = f"progress-{next(_progress_tokens)}"
+        meta = dict(params.get("_meta") or {})
+        meta["progressToken"] = token
+        feed = self._host.watch_progress(token, progress)
+        try:
+            return self._driving_input(method, {**params, "_meta": meta}, timeout)
+        finally:
+            self._host.unwatch_progress(token)
+            feed.wait_drained(PROGRESS_DRAIN_WAIT)  # what arrived before the answer is passed first
+
+    def _driving_input(self, method: str, params: dict[str, Any], timeout: float | None) -> Any:
+        """Send; while a 2026-07-28 server answers ``input_required``, answer its embedded
+        requests with the host's handlers and retry with ``inputResponses`` and ``requestState``."""
+        deadline = time.monotonic() + (self._request_timeout if timeout is None else check_timeout("timeout", timeout))
+        result = self.request(method, params, timeout=timeout)
+        for _ in range(MAX_INPUT_ROUNDS):
+            if not isinstance(result, dict) or result.get("resultType") != "input_required":
+                return result
+            retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
+            requests = result.get("inputRequests")
+            if isinstance(requests, dict) and requests:
+                retry["inputResponses"] = self._answer_inputs(method, requests)
+            if "requestState" in result:
+                retry["requestState"] = result["requestState"]
+            result = self.request(method, retry, timeout=max(deadline - time.monotonic(), 0.001))
+        raise ProtocolError(f"{method} asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    def _answer_inputs(self, method: str, requests: dict[str, Any]) -> dict[str, Any]:
+        responses: dict[str, Any] = {}
+        for key, request in requests.items():
+            inner = request.get("method") if isinstance(request, dict) else None
+            params = request.get("params") if isinstance(request, dict) else None
+            answer, why = self._host.answer_now(str(inner), params)
+            if why is not None:
+                raise Error(
+                    f"{method}: the server's input request {key!r} could not be answered: {why}",
+                    reason=("input_required_failed", key, why),
+                )
+            responses[key] = answer
+        return responses
 
     def _paginate(self, method: str, key: str, timeout: float | None) -> list[Any]:
         items: list[Any] = []
@@ -106,20 +171,112 @@ class ServerCalls:
         """Every prompt, all pages followed."""
         return self._paginate("prompts/list", "prompts", timeout)
 
-    def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
-        """``tools/call``; returns the result dict."""
-        return self.request("tools/call", {"name": name, "arguments": arguments or {}}, timeout=timeout)
+    def list_resource_templates(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every resource template, all pages followed."""
+        return self._paginate("resources/templates/list", "resourceTemplates", timeout)
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        progress: Callable[[dict[str, Any]], Any] | None = None,
+        task: bool | dict[str, Any] = False,
+        timeout: float | None = None,
+    ) -> Any:
+        """``tools/call``; returns the result dict, or a :class:`Task` when ``task`` is given.
+
+        Args:
+            progress: called with the params of each ``notifications/progress`` of this call,
+                in order, off the client's threads (the client adds ``_meta.progressToken``).
+                Progress does not extend ``timeout``.
+            task: True (or ``{"ttl": ms}``): ask the server to run the call as a task
+                (MCP 2025-11-25 tasks); the server must support task-augmented ``tools/call``.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty string, got {name!r}")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise TypeError(f"arguments must be a dict or None, got {type(arguments).__name__}")
+        if task is not False and task is not True and not isinstance(task, dict):
+            raise TypeError(f"task must be True, False or a dict like {{'ttl': 60000}}, got {task!r}")
+        params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+        if task is not False:
+            params["task"] = {} if task is True else dict(task)
+        result = self._interactive("tools/call", params, timeout, progress)
+        if task is False:
+            return result
+        created = result.get("task") if isinstance(result, dict) else None
+        if not isinstance(created, dict):
+            raise ProtocolError(f"tools/call as a task returned no task object: {result!r}")
+        handle = Task(self, created)
+        self._host.track_task(handle.task_id, handle)
+        return handle
 
     def read_resource(self, uri: str, *, timeout: float | None = None) -> Any:
         """``resources/read``; returns the result dict."""
-        return self.request("resources/read", {"uri": uri}, timeout=timeout)
+        return self._interactive("resources/read", {"uri": uri}, timeout, None)
+
+    def complete(
+        self,
+        ref: dict[str, Any],
+        argument: dict[str, Any],
+        context: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """``completion/complete``; returns the ``completion`` dict (``values``, ``total``, ``hasMore``).
+
+        Args:
+            ref: ``{"type": "ref/prompt", "name": ...}`` or ``{"type": "ref/resource", "uri": ...}``.
+            argument: ``{"name": ..., "value": ...}``.
+            context: ``{"arguments": {...}}``, values already chosen.
+        """
+        if not isinstance(ref, dict) or not isinstance(ref.get("type"), str):
+            raise TypeError(f"ref must be a dict with a 'type' (ref/prompt or ref/resource), got {ref!r}")
+        if not isinstance(argument, dict) or not isinstance(argument.get("name"), str):
+            raise TypeError(f"argument must be a dict with 'name' and 'value', got {argument!r}")
+        params: dict[str, Any] = {"ref": ref, "argument": argument}
+        if context is not None:
+            params["context"] = context
+        result = self.request("completion/complete", params, timeout=timeout)
+        completion = result.get("completion") if isinstance(result, dict) else None
+        if not isinstance(completion, dict):
+            raise ProtocolError(f"completion/complete returned no completion object: {result!r}")
+        return completion
+
+    def set_logging_level(self, level: str, *, timeout: float | None = None) -> None:
+        """Ask for the server's log messages at ``level`` and above (legacy: ``logging/setLevel``;
+        2026-07-28: the level rides in every later request's ``_meta``). Receive them with the
+        filter key ``"logMessages": True``."""
+        if level not in LOG_LEVELS:
+            raise ValueError(f"level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+        future: Future[Any] = Future()
+        try:
+            self._ref.tell(SetLogLevel(level, future))
+        except pykka.ActorDeadError:
+            raise NotConnected("the client is disconnected") from None
+        try:
+            future.result(wait)
+        except FutureTimeout:
+            raise RequestTimeout(f"logging/setLevel got no answer within {wait}s") from None
+
+    def set_roots(self, roots: list[dict[str, Any]]) -> None:
+        """Replace the roots the client answers ``roots/list`` with; a legacy server hears
+        ``notifications/roots/list_changed`` (if the client was connected with ``roots=``)."""
+        checked = check_roots(roots)
+        self._host.roots = checked  # 2026-07-28 input requests are answered in the caller's thread
+        try:
+            self._ref.tell(SetRoots(checked))
+        except pykka.ActorDeadError:
+            raise NotConnected("the client is disconnected") from None
 
     def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
         """``prompts/get``; returns the result dict."""
         params: dict[str, Any] = {"name": name}
         if arguments is not None:
             params["arguments"] = arguments
-        return self.request("prompts/get", params, timeout=timeout)
+        return self._interactive("prompts/get", params, timeout, None)
 
     def subscribe_resource(self, uri: str, *, timeout: float | None = None) -> None:
         """Direct ``resources/subscribe``: NOT refcounted with listeners (legacy only)."""

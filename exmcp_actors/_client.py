@@ -14,6 +14,7 @@ import pykka
 from ._calls import ServerCalls, check_timeout
 from ._client_actor import Disconnect, InspectClient, SharedState
 from ._handle import Handle
+from ._host_pool import HostRuntime
 from ._inbox import Inbox
 from ._listener import Listener
 from ._protocol._errors import NotConnected, RequestTimeout
@@ -49,8 +50,10 @@ class Client(ServerCalls):
         ids: RequestBuilder,
         request_timeout: float,
         name: str,
+        host: HostRuntime | None = None,
     ) -> None:
         self._ref = actor_ref
+        self._host = host if host is not None else HostRuntime(name)
         self._shared = shared
         self._ids = ids
         self._request_timeout = request_timeout

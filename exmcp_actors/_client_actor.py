@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import pykka
 
+from ._host_pool import HostRuntime
 from ._lane import DeliveryLane, flush
 from ._protocol import _events as ev
 from ._protocol._errors import TransportError, error_term
@@ -72,6 +73,8 @@ class Config:
     transport: Transport
     connect_timeout: float
     session: SessionConfig
+    #: Runs the host's handlers and callbacks (off the actor).
+    host: HostRuntime | None = None
 
 
 # -- messages only the shell handles -------------------------------------------------------
@@ -361,6 +364,18 @@ class ClientActor(pykka.ThreadingActor):
         else:
             self._tell_self(ev.ResyncDone(effect.handle_id, effect.listen_id, snapshot))
 
+    def _run_host_handler(self, effect: ev.RunHostHandler) -> None:
+        assert self.config.host is not None  # the session asks only for handlers the host gave
+        self.config.host.run(effect, self._tell_self)
+
+    def _progress(self, effect: ev.ProgressNoted) -> None:
+        if self.config.host is not None:
+            self.config.host.progress(effect)
+
+    def _task_status(self, effect: ev.TaskStatusNoted) -> None:
+        if self.config.host is not None:
+            self.config.host.task_status(effect)
+
     def _stop_client(self, effect: ev.Stop) -> None:
         self.closing_reason = effect.reason
         self.actor_ref.stop(block=False)
@@ -376,6 +391,9 @@ class ClientActor(pykka.ThreadingActor):
         ev.RetireProxy: _retire_proxy,
         ev.TransportNegotiated: _transport_negotiated,
         ev.FetchSnapshot: _fetch,
+        ev.RunHostHandler: _run_host_handler,
+        ev.ProgressNoted: _progress,
+        ev.TaskStatusNoted: _task_status,
         ev.Stop: _stop_client,
     }
 
@@ -407,6 +425,8 @@ class ClientActor(pykka.ThreadingActor):
         for timer in list(self.timers):
             timer.cancel()
         self.watcher.close()
+        if self.config.host is not None:
+            self.config.host.close()
         if self.worker is not None:
             self.worker.stop(block=False)
         connector = self.connector

@@ -13,9 +13,11 @@ from typing import Any
 from ._calls import check_timeout
 from ._client import Client
 from ._client_actor import ClientActor, Config, SharedState, Start
+from ._host_pool import HostRuntime
 from ._protocol._backoff import Backoff
 from ._protocol._errors import ConnectError
 from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
+from ._protocol._host_checks import check_roots
 from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
 from ._refcount_worker import RefcountWorker
@@ -61,6 +63,9 @@ def connect(
     *,
     connect_timeout: float = 10.0,
     probe_timeout: float = 3.0,
+    roots: list[dict[str, Any]] | None = None,
+    sampling: Any = None,
+    elicitation: Any = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
 
@@ -75,6 +80,9 @@ def connect(
         client_info: ``{"name": ..., "version": ...}`` sent to the server.
         connect_timeout: seconds for opening the transport and the whole handshake.
         probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
+        roots: ``[{"uri": ..., "name": ...}]``: advertise ``roots`` and answer ``roots/list``.
+        sampling: ``fn(params) -> CreateMessageResult dict``: answer ``sampling/createMessage``.
+        elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (form mode).
 
     Raises:
         ConnectError: the transport could not be opened or the handshake failed.
@@ -91,6 +99,12 @@ def connect(
         raise TypeError(f"backoff must be a Backoff, got {type(backoff).__name__}")
     if client_info is not None and not (isinstance(client_info, dict) and isinstance(client_info.get("name"), str)):
         raise ValueError(f"client_info must be a dict with a 'name' string, got {client_info!r}")
+    for what, handler in (("sampling", sampling), ("elicitation", elicitation)):
+        if handler is not None and not callable(handler):
+            raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
+    name = f"c{next(_client_numbers)}"
+    host = HostRuntime(name, sampling, elicitation, roots is not None)
+    host.roots = check_roots(roots) if roots is not None else []
     session = SessionConfig(
         mode=protocol,
         reconnect=bool(reconnect),
@@ -98,14 +112,15 @@ def connect(
         backoff=backoff or Backoff(),
         probe_timeout=check_timeout("probe_timeout", probe_timeout),
         client_info=dict(client_info or DEFAULT_CLIENT_INFO),
+        host=host.abilities,
+        roots=host.roots,
     )
-    config = Config(make_transport(transport), check_timeout("connect_timeout", connect_timeout), session)
+    config = Config(make_transport(transport), check_timeout("connect_timeout", connect_timeout), session, host)
     request_wait = check_timeout("request_timeout", request_timeout)
-    name = f"c{next(_client_numbers)}"
     shared = SharedState()
     ids = RequestBuilder()
     ref = ClientActor.start(config, shared, ids, name)
-    client = Client(ref, shared, ids, request_wait, name)
+    client = Client(ref, shared, ids, request_wait, name, host)
     # The worker's wire calls go out through the client like any other request.
     worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread)
     client._worker = worker

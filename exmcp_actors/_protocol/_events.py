@@ -121,6 +121,29 @@ class CancelSubscription(NamedTuple):
     reason: Any
 
 
+class SetRoots(NamedTuple):
+    """The host replaced its roots (a legacy peer hears ``notifications/roots/list_changed``)."""
+
+    roots: list[dict[str, Any]]
+
+
+class SetLogLevel(NamedTuple):
+    """The host's log level: ``logging/setLevel`` on a legacy peer, every request's ``_meta`` on a modern one."""
+
+    level: str
+    #: A Future resolved once the level is applied (legacy: the wire answer).
+    future: Any
+
+
+class HostAnswered(NamedTuple):
+    """A host handler finished a server request: its ``result``, or the ``error`` it raised."""
+
+    request_id: Any
+    generation: int
+    result: Any = None
+    error: Any = None
+
+
 # -- inputs: timers, helper threads, actors ------------------------------------------------
 
 
@@ -260,6 +283,27 @@ class FetchSnapshot(NamedTuple):
     acknowledged: NotificationFilter
 
 
+class RunHostHandler(NamedTuple):
+    """Run the host's handler for a server request off the actor; feed back :class:`HostAnswered`."""
+
+    method: str
+    request_id: Any
+    params: dict[str, Any]
+    generation: int
+
+
+class ProgressNoted(NamedTuple):
+    """A checked ``notifications/progress``: pass it to the callback of its token, in order."""
+
+    params: dict[str, Any]
+
+
+class TaskStatusNoted(NamedTuple):
+    """A checked ``notifications/tasks/status``: pass it to the task handle of its id."""
+
+    params: dict[str, Any]
+
+
 class Stop(NamedTuple):
     """Close the client for good with this reason."""
 
@@ -277,6 +321,9 @@ Effect = (
     | RetireProxy
     | TransportNegotiated
     | FetchSnapshot
+    | RunHostHandler
+    | ProgressNoted
+    | TaskStatusNoted
     | Stop
 )
 

@@ -15,22 +15,27 @@ from ._errors import FilterError
 TOOLS = "toolsListChanged"
 PROMPTS = "promptsListChanged"
 RESOURCES = "resourcesListChanged"
+#: Server log messages (``notifications/message``): delivered to legacy listeners and watches.
+LOG_MESSAGES = "logMessages"
 RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
 TASK_IDS = "taskIds"
 
-CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES)
+CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES, LOG_MESSAGES)
+WIRE_CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES)
 FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS))
 
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed"
 RESOURCES_LIST_CHANGED = "notifications/resources/list_changed"
 RESOURCE_UPDATED = "notifications/resources/updated"
+LOG_MESSAGE = "notifications/message"
 
 #: list_changed method -> the filter key that enables it.
 CATEGORY_OF_METHOD: dict[str, str] = {
     TOOLS_LIST_CHANGED: TOOLS,
     PROMPTS_LIST_CHANGED: PROMPTS,
     RESOURCES_LIST_CHANGED: RESOURCES,
+    LOG_MESSAGE: LOG_MESSAGES,
 }
 
 #: Every notification method a filter can enable.
@@ -51,9 +56,11 @@ class NotificationFilter:
     uris: tuple[str, ...] = ()
     task_ids: tuple[str, ...] | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The normalized filter as the wire dict: false categories dropped."""
-        result: dict[str, Any] = {key: True for key in CATEGORY_KEYS if key in self.categories}
+    def as_dict(self, *, wire: bool = False) -> dict[str, Any]:
+        """The normalized filter as a dict: false categories dropped. ``wire``: as
+        ``subscriptions/listen`` takes it (no ``logMessages``: 2026-07-28 has no such key)."""
+        keys = WIRE_CATEGORY_KEYS if wire else CATEGORY_KEYS
+        result: dict[str, Any] = {key: True for key in keys if key in self.categories}
         if self.uris:
             result[RESOURCE_SUBSCRIPTIONS] = list(self.uris)
         if self.task_ids is not None:

@@ -69,20 +69,22 @@ class Failed:
 Action = SendFrame | ArmProbeTimer | Negotiated | Failed
 
 
-def modern_meta(client_info: dict[str, Any]) -> dict[str, Any]:
+def modern_meta(client_info: dict[str, Any], capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``_meta`` envelope every modern request carries."""
     return {
         META_PROTOCOL_VERSION: MODERN_VERSION,
-        META_CLIENT_CAPABILITIES: {},
+        META_CLIENT_CAPABILITIES: capabilities or {},
         META_CLIENT_INFO: client_info,
     }
 
 
-def with_modern_meta(params: dict[str, Any] | None, client_info: dict[str, Any]) -> dict[str, Any]:
+def with_modern_meta(
+    params: dict[str, Any] | None, client_info: dict[str, Any], capabilities: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``params`` with the modern ``_meta`` envelope merged in (the caller's own _meta keys kept)."""
     merged = dict(params or {})
     meta = dict(merged.get("_meta") or {})
-    for key, value in modern_meta(client_info).items():
+    for key, value in modern_meta(client_info, capabilities).items():
         meta.setdefault(key, value)
     merged["_meta"] = meta
     return merged
@@ -104,11 +106,14 @@ class Handshake:
         client_info: dict[str, Any],
         ids: RequestBuilder,
         connection: ConnectionState | None = None,
+        capabilities: dict[str, Any] | None = None,
     ) -> None:
         if mode not in PROTOCOL_MODES:
             raise ValueError(f"protocol must be one of {PROTOCOL_MODES}, got {mode!r}")
         self.mode = mode
         self.client_info = client_info
+        #: What the client advertises (the host's handlers and roots).
+        self.capabilities = capabilities or {}
         self._ids = ids
         self._connection = connection if connection is not None else ConnectionState()
         self._started = False
@@ -159,7 +164,7 @@ class Handshake:
         self._connection.move(Move.PROBE)
         request_id = self._ids.next_id()
         self._outstanding = request_id
-        params = {"_meta": modern_meta(self.client_info)}
+        params = {"_meta": modern_meta(self.client_info, self.capabilities)}
         message = RequestBuilder.request("server/discover", params, request_id)
         return [SendFrame(message, request_id), ArmProbeTimer(request_id)]
 
@@ -167,7 +172,7 @@ class Handshake:
         self._connection.move(Move.INITIALIZE)
         request_id = self._ids.next_id()
         self._outstanding = request_id
-        params = {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": self.client_info}
+        params = {"protocolVersion": LATEST_LEGACY, "capabilities": self.capabilities, "clientInfo": self.client_info}
         return [SendFrame(RequestBuilder.request("initialize", params, request_id), request_id)]
 
     def _fail(self, why: str, reason: Any = "handshake_failed") -> list[Action]:

@@ -13,6 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from . import _messages as m
 from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter
 from ._handshake import META_SUBSCRIPTION_ID
+from ._host_checks import SESSION_NOTIFICATIONS
 
 T = TypeVar("T")
 
@@ -107,9 +108,9 @@ def notification_parts(frame: Any) -> tuple[str, dict[str, Any]] | None:
         params = frame.get("params")
         if params is None:
             params = {}
-        if type(method) is str and type(params) is dict:
+        if type(method) is str and type(params) is dict and method not in SESSION_NOTIFICATIONS:
             return method, params
-    return None
+    return None  # the session reads progress, cancellations, logs and task status itself
 
 
 def subscription_id_of(params: dict[str, Any]) -> Any:

@@ -72,7 +72,9 @@ class Lifecycle:
     def opened(self, message: ev.Opened) -> None:
         if not self._current(message.generation):
             return
-        self.handshake = Handshake(self.config.mode, self.config.client_info, self._session.ids, self.connection)
+        self.handshake = Handshake(
+            self.config.mode, self.config.client_info, self._session.ids, self.connection, self.config.capabilities
+        )
         self._run_handshake(self.handshake.start())
 
     def open_failed(self, message: ev.OpenFailed) -> None:

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
 from ._backoff import Backoff
 from ._errors import ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
+from ._filters import LOG_MESSAGES
 from ._handshake import ProtocolMode, with_modern_meta
+from ._host_checks import LOG_MESSAGE, SESSION_NOTIFICATIONS, HostAbilities
+from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
 from ._lifecycle import Lifecycle
 from ._listeners import Listeners
@@ -34,6 +37,8 @@ from ._registry import Registry
 from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
+
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,13 @@ class SessionConfig:
     backoff: Backoff
     probe_timeout: float
     client_info: dict[str, Any]
+    #: Which server requests the host answers; ``capabilities`` is what that advertises.
+    host: HostAbilities = field(default_factory=HostAbilities)
+    roots: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        return self.host.capabilities()
 
 
 class Session:
@@ -61,6 +73,9 @@ class Session:
         self.listeners = Listeners(self.registry)
         self.subscriptions = Subscriptions(self)
         self.life = Lifecycle(self)
+        self.host = HostRequests(self.effects, config.host, list(config.roots), name)
+        #: The host's log level; a modern peer gets it in every request's ``_meta``.
+        self.log_level: str | None = None
         self._handlers = self._inputs()
 
     # -- what the shell reads --------------------------------------------------------------
@@ -152,7 +167,7 @@ class Session:
     def _on_server_request(self, msg: rpc.ServerRequest) -> None:
         if msg.method == "ping":
             self.effects.send(rpc.result_frame(msg.id, {}))
-        else:
+        elif not self.host.on_request(msg, self.generation):
             logger.info("%s: server request %r is not supported; answering -32601", self.name, msg.method)
             self.effects.send(rpc.error_frame(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"))
 
@@ -164,12 +179,24 @@ class Session:
             logger.warning("%s: a response to an unknown request id %r was skipped", self.name, msg.id)
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
-        if for_a_subscription(method, params):
+        if method in SESSION_NOTIFICATIONS and self.host.on_notification(method, params):
+            return
+        if method == LOG_MESSAGE and self.era == "modern" and subscription_id_of(params) is None:
+            self._modern_log(params)
+        elif for_a_subscription(method, params):
             self.subscriptions.on_notification(subscription_id_of(params), method, params)
         elif self.listeners.paused:
             self.listeners.hold(method, params)
         else:
             dispatch(self.registry.index, method, params, self.effects.out)
+
+    def _modern_log(self, params: dict[str, Any]) -> None:
+        """2026-07-28 sends log messages on the stream of the request they concern, not of a
+        subscription: they reach every modern handle whose filter asked for ``logMessages``."""
+        registry = self.registry
+        for entry in list(registry.by_listen_id.values()):
+            if entry.state == "live" and LOG_MESSAGES in entry.requested.categories:
+                registry.emit(entry, entry.event(LOG_MESSAGE, params))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -179,7 +206,7 @@ class Session:
             return
         params = message.params
         if self.era == "modern":
-            params = with_modern_meta(params, self.config.client_info)
+            params = self._modern_params(params)
         self.pending.add(message.request_id, message.method, future=message.future)
         self.effects.send(rpc.RequestBuilder.request(message.method, params, message.request_id), message.request_id)
 
@@ -197,8 +224,31 @@ class Session:
             return
         params: dict[str, Any] = {"requestId": request_id, "reason": reason}
         if self.era == "modern":
-            params = with_modern_meta(params, self.config.client_info)
+            params = self._modern_params(params)
         self.effects.do(ev.CancelOnWire(request_id, rpc.notification("notifications/cancelled", params)))
+
+    def _modern_params(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        merged = with_modern_meta(params, self.config.client_info, self.config.capabilities)
+        if self.log_level is not None:
+            merged["_meta"].setdefault(META_LOG_LEVEL, self.log_level)
+        return merged
+
+    # -- the host's side -------------------------------------------------------------------
+
+    def _host_answered(self, message: ev.HostAnswered) -> None:
+        self.host.answered(message, self.generation)
+
+    def _set_roots(self, message: ev.SetRoots) -> None:
+        self.host.set_roots(message, self.ready and self.era == "legacy")
+
+    def _set_log_level(self, message: ev.SetLogLevel) -> None:
+        """Legacy: ``logging/setLevel`` (answered through the future); modern: every later request."""
+        self.log_level = message.level
+        if self.era == "modern":
+            self.effects.resolve(message.future, {})
+        else:
+            request_id = self.ids.next_id()
+            self._send_request(ev.SendRequest(request_id, "logging/setLevel", {"level": message.level}, message.future))
 
     # -- handles ---------------------------------------------------------------------------
 
@@ -283,4 +333,7 @@ class Session:
             ev.ResubscribeReport: self._resubscribed,
             ev.Relisten: self._relisten,
             ev.ResyncDone: self.subscriptions.resync_done,
+            ev.HostAnswered: self._host_answered,
+            ev.SetRoots: self._set_roots,
+            ev.SetLogLevel: self._set_log_level,
         }

@@ -59,7 +59,11 @@ class Subscriptions:
         handle = entry.handle
         if hasattr(handle, "subscription_id"):
             handle.subscription_id = entry.listen_id
-        params = with_modern_meta({"notifications": entry.requested.as_dict()}, session.config.client_info)
+        params = with_modern_meta(
+            {"notifications": entry.requested.as_dict(wire=True)},
+            session.config.client_info,
+            session.config.capabilities,
+        )
         session.effects.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
 
     def relisten_dropped(self) -> None:

@@ -1,0 +1,209 @@
+"""Where the host's own code runs: sampling and elicitation handlers, progress callbacks,
+task status. Never on a transport's reader thread nor on the client actor, so a slow
+handler stops neither notifications nor other requests.
+
+:class:`WorkerPool` is a small bounded pool of daemon threads (a hung handler never
+keeps the process alive); :class:`HostRuntime` holds one client's handlers, the
+progress callbacks of its calls in flight and its task handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
+from ._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
+
+logger = logging.getLogger("exmcp_actors")
+
+Handler = Callable[[dict[str, Any]], Any]
+_STOP = object()
+
+
+class WorkerPool:
+    """At most ``size`` daemon threads, started as work arrives; jobs run in submission order."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self._name = name
+        self._size = size
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # workers waiting for a job
+        self._queued = 0  # jobs not yet taken by a worker
+        self._closed = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._queued += 1
+            if self._queued > self._idle and len(self._threads) < self._size:
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            if job is _STOP:
+                return
+            try:
+                job()
+            except Exception:  # the job reports its own errors; this keeps the worker alive
+                logger.exception("%s: a host job failed", self._name)
+
+    def close(self) -> None:
+        """No new jobs; idle workers end (a worker still in a host's handler ends after it)."""
+        with self._lock:
+            self._closed = True
+            self._queued += len(self._threads)
+        for _ in self._threads:
+            self._jobs.put(_STOP)
+
+
+class ProgressFeed:
+    """One call's progress callback: its notifications, called one at a time, in order."""
+
+    def __init__(self, callback: Callable[[dict[str, Any]], Any], pool: WorkerPool) -> None:
+        self._callback = callback
+        self._pool = pool
+        self._items: deque[dict[str, Any]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+        self._drained = threading.Event()
+        self._drained.set()
+
+    def put(self, params: dict[str, Any]) -> None:
+        with self._lock:
+            self._items.append(params)
+            if self._running:
+                return
+            self._running = True
+            self._drained.clear()
+        self._pool.submit(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._items:
+                    self._running = False
+                    self._drained.set()
+                    return
+                params = self._items.popleft()
+            try:
+                self._callback(params)
+            except Exception:
+                logger.exception("a progress callback raised; the call goes on")
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait until every notification received so far was passed to the callback."""
+        return self._drained.wait(timeout)
+
+
+class HostRuntime:
+    """One client's host side, shared by its actor (which submits) and its facade (which registers)."""
+
+    def __init__(
+        self, name: str, sampling: Handler | None = None, elicitation: Handler | None = None, roots: bool = False
+    ) -> None:
+        self.name = name
+        #: The roots as the facade last set them (the session keeps its own copy for legacy peers).
+        self.roots: list[dict[str, Any]] = []
+        self.handlers: dict[str, Handler] = {}
+        if sampling is not None:
+            self.handlers[SAMPLING] = sampling
+        if elicitation is not None:
+            self.handlers[ELICITATION] = elicitation
+        self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots)
+        self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
+        self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
+        self._lock = threading.Lock()
+        self._feeds: dict[Any, ProgressFeed] = {}
+        self._tasks: dict[str, Any] = {}
+
+    # -- server requests -------------------------------------------------------------------
+
+    def run(self, effect: RunHostHandler, tell: Callable[[Any], None]) -> None:
+        """Run a handler on the pool; its outcome goes back to the actor through ``tell``."""
+        handler = self.handlers[effect.method]
+
+        def job() -> None:
+            try:
+                result = handler(effect.params)
+            except Exception as error:  # answered as a JSON-RPC error; the client stays ready
+                logger.warning("%s: the %s handler raised %r", self.name, effect.method, error)
+                tell(HostAnswered(effect.request_id, effect.generation, error=str(error) or type(error).__name__))
+            else:
+                tell(HostAnswered(effect.request_id, effect.generation, result=result))
+
+        self.handler_pool.submit(job)
+
+    def answer_now(self, method: str, params: Any) -> tuple[Any, str | None]:
+        """Answer one embedded request of a 2026-07-28 ``input_required`` result in this thread:
+        ``(result, None)`` or ``(None, why)``."""
+        if not self.abilities.answers(method):
+            return None, f"this client does not handle {method}"
+        params = {} if params is None else params
+        why = check_request(method, params)
+        if why is not None:
+            return None, why
+        if method not in self.handlers:
+            return {"roots": [dict(root) for root in self.roots]}, None
+        try:
+            result = self.handlers[method](params)
+        except Exception as error:
+            return None, f"the host's {method} handler failed: {error}"
+        finished, why = finish_answer(method, params, result)
+        if why is not None:
+            logger.error("%s: %s", self.name, why)
+        return finished, why
+
+    # -- progress --------------------------------------------------------------------------
+
+    def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], Any]) -> ProgressFeed:
+        feed = ProgressFeed(callback, self.callback_pool)
+        with self._lock:
+            self._feeds[token] = feed
+        return feed
+
+    def unwatch_progress(self, token: Any) -> None:
+        with self._lock:
+            self._feeds.pop(token, None)
+
+    def progress(self, effect: ProgressNoted) -> None:
+        with self._lock:
+            feed = self._feeds.get(effect.params["progressToken"])
+        if feed is not None:
+            feed.put(effect.params)
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def track_task(self, task_id: str, task: Any) -> None:
+        with self._lock:
+            self._tasks[task_id] = task
+
+    def untrack_task(self, task_id: str) -> None:
+        with self._lock:
+            self._tasks.pop(task_id, None)
+
+    def task_status(self, effect: TaskStatusNoted) -> None:
+        with self._lock:
+            task = self._tasks.get(effect.params["taskId"])
+        if task is not None:
+            task._status_noted(effect.params)
+
+    def close(self) -> None:
+        self.handler_pool.close()
+        self.callback_pool.close()

@@ -1,0 +1,146 @@
+"""What the host answers for the server (sans-IO): the checks on server requests and
+notifications meant for the host, the capabilities the client advertises, and the
+finishing of the host's answers.
+
+Shared by both eras: a legacy server sends ``sampling/createMessage``,
+``elicitation/create`` and ``roots/list`` as JSON-RPC requests; a 2026-07-28
+server embeds the same payloads in an ``input_required`` result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SAMPLING = "sampling/createMessage"
+ELICITATION = "elicitation/create"
+ROOTS = "roots/list"
+HOST_METHODS: frozenset[str] = frozenset((SAMPLING, ELICITATION, ROOTS))
+
+PROGRESS = "notifications/progress"
+CANCELLED = "notifications/cancelled"
+LOG_MESSAGE = "notifications/message"
+TASK_STATUS = "notifications/tasks/status"
+ROOTS_CHANGED = "notifications/roots/list_changed"
+
+#: Notifications the session reads itself rather than only routing them to listeners.
+SESSION_NOTIFICATIONS: frozenset[str] = frozenset((PROGRESS, CANCELLED, LOG_MESSAGE, TASK_STATUS))
+
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+TASK_STATES: frozenset[str] = frozenset(("working", "input_required", "completed", "failed", "cancelled"))
+TERMINAL_TASK_STATES: frozenset[str] = frozenset(("completed", "failed", "cancelled"))
+
+
+@dataclass(frozen=True, slots=True)
+class HostAbilities:
+    """Which server requests the host answers (it gave the handler, or roots)."""
+
+    sampling: bool = False
+    elicitation: bool = False
+    roots: bool = False
+
+    def capabilities(self) -> dict[str, Any]:
+        """The client capabilities to advertise (``initialize`` and the modern ``_meta``)."""
+        caps: dict[str, Any] = {}
+        if self.roots:
+            caps["roots"] = {"listChanged": True}
+        if self.sampling:
+            caps["sampling"] = {}
+        if self.elicitation:
+            caps["elicitation"] = {"form": {}}
+        return caps
+
+    def answers(self, method: str) -> bool:
+        return (
+            (method == SAMPLING and self.sampling)
+            or (method == ELICITATION and self.elicitation)
+            or (method == ROOTS and self.roots)
+        )
+
+
+def check_request(method: str, params: Any) -> str | None:
+    """Why a server request's params are unusable (a sentence), or None when they are fine."""
+    if not isinstance(params, dict):
+        return f"{method} params must be an object"
+    if method == SAMPLING:
+        messages = params.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(item, dict) for item in messages):
+            return "sampling/createMessage needs 'messages', a list of message objects"
+        tokens = params.get("maxTokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
+            return "sampling/createMessage needs 'maxTokens', an integer"
+    elif method == ELICITATION:
+        if not isinstance(params.get("message"), str):
+            return "elicitation/create needs 'message', a string"
+        mode = params.get("mode", "form")
+        if mode == "form" and not isinstance(params.get("requestedSchema"), dict):
+            return "elicitation/create in form mode needs 'requestedSchema', an object"
+        if mode not in ("form", "url"):
+            return f"elicitation/create mode must be 'form' or 'url', got {mode!r}"
+        if mode == "url":
+            return "elicitation/create in url mode is not supported by this client"
+    return None
+
+
+def finish_answer(method: str, params: dict[str, Any], result: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The host handler's ``result`` made ready to send: ``(result, None)``, or ``(None, why)``
+    when it is unusable (not a dict). An accepted elicitation gets the schema's defaults for
+    the fields the handler left out (SEP-1034)."""
+    if not isinstance(result, dict):
+        return None, f"the {method} handler returned {type(result).__name__}, not a dict"
+    if method == ELICITATION and result.get("action") == "accept":
+        schema = params.get("requestedSchema")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if isinstance(properties, dict):
+            content = dict(result.get("content") or {})
+            for name, spec in properties.items():
+                if name not in content and isinstance(spec, dict) and "default" in spec:
+                    content[name] = spec["default"]
+            result = {**result, "content": content}
+    return result, None
+
+
+def check_progress(params: dict[str, Any]) -> str | None:
+    token = params.get("progressToken")
+    if isinstance(token, bool) or not isinstance(token, (str, int)):
+        return "progressToken must be a string or an integer"
+    progress = params.get("progress")
+    if isinstance(progress, bool) or not isinstance(progress, (int, float)):
+        return "progress must be a number"
+    total = params.get("total")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))):
+        return "total must be a number"
+    return None
+
+
+def check_log(params: dict[str, Any]) -> str | None:
+    if params.get("level") not in LOG_LEVELS:
+        return f"level must be one of {', '.join(LOG_LEVELS)}"
+    if "data" not in params:
+        return "data is missing"
+    logger_name = params.get("logger")
+    if logger_name is not None and not isinstance(logger_name, str):
+        return "logger must be a string"
+    return None
+
+
+def check_task_status(params: dict[str, Any]) -> str | None:
+    if not isinstance(params.get("taskId"), str):
+        return "taskId must be a string"
+    if params.get("status") not in TASK_STATES:
+        return f"status must be one of {', '.join(sorted(TASK_STATES))}"
+    return None
+
+
+def check_roots(roots: Any) -> list[dict[str, Any]]:
+    """The host's roots, checked: a list of ``{"uri": "file://…", "name"?: str}``."""
+    if not isinstance(roots, list):
+        raise TypeError(f"roots must be a list of {{'uri': ..., 'name': ...}} dicts, got {type(roots).__name__}")
+    checked = []
+    for root in roots:
+        if not isinstance(root, dict) or not isinstance(root.get("uri"), str) or not root["uri"]:
+            raise ValueError(f"each root must be a dict with a non-empty 'uri' string, got {root!r}")
+        if "name" in root and not isinstance(root["name"], str):
+            raise ValueError(f"a root's 'name' must be a string, got {root['name']!r}")
+        checked.append(dict(root))
+    return checked

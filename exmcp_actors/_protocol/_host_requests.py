@@ -1,0 +1,137 @@
+"""Server requests the host answers, and notifications meant for the host (sans-IO).
+
+``sampling/createMessage`` and ``elicitation/create`` run the host's handler:
+the session emits :class:`~._events.RunHostHandler`, the shell runs it off the
+reader and off the actor and feeds back :class:`~._events.HostAnswered`, which
+becomes the answer frame. ``roots/list`` is answered here from the roots the
+host set. A ``notifications/cancelled`` for a request still in a handler means
+no answer is ever sent for it. Progress and task status go to the shell
+(:class:`~._events.ProgressNoted`, :class:`~._events.TaskStatusNoted`); log
+messages are checked, then routed to listeners like any notification.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from . import _events as ev
+from . import _jsonrpc as rpc
+from ._host_checks import (
+    CANCELLED,
+    LOG_MESSAGE,
+    PROGRESS,
+    ROOTS,
+    ROOTS_CHANGED,
+    TASK_STATUS,
+    HostAbilities,
+    check_log,
+    check_progress,
+    check_request,
+    check_task_status,
+    finish_answer,
+)
+
+logger = logging.getLogger("exmcp_actors")
+
+#: Warnings about a server's bad notifications: at most one per this many seconds.
+WARN_INTERVAL = 5.0
+#: Server requests waiting for a host handler at once; more get -32603 at once.
+MAX_IN_HANDLERS = 64
+
+
+class HostRequests:
+    """The session's part for what the server asks of, or tells, the host."""
+
+    def __init__(self, effects: ev.Effects, abilities: HostAbilities, roots: list[dict[str, Any]], name: str) -> None:
+        self.effects = effects
+        self.abilities = abilities
+        self.roots = roots
+        self.name = name
+        #: request id -> (method, params) for requests whose handler has not answered yet.
+        self.in_handler: dict[Any, tuple[str, dict[str, Any]]] = {}
+        self._warned_at = -WARN_INTERVAL
+        self._dropped = 0
+
+    def on_request(self, msg: rpc.ServerRequest, generation: int) -> bool:
+        """Answer or start answering a request the host handles; False if it is not one."""
+        method = msg.method
+        if not self.abilities.answers(method):
+            return False
+        params = {} if msg.params is None else msg.params  # roots/list may come without params
+        why = check_request(method, params)
+        if why is not None:
+            logger.warning("%s: refused a malformed %s from the server: %s", self.name, method, why)
+            self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, why))
+        elif method == ROOTS:
+            self.effects.send(rpc.result_frame(msg.id, {"roots": [dict(root) for root in self.roots]}))
+        elif len(self.in_handler) >= MAX_IN_HANDLERS:
+            self.effects.send(rpc.error_frame(msg.id, rpc.INTERNAL_ERROR, "the client is busy with other requests"))
+        else:
+            assert isinstance(params, dict)
+            self.in_handler[msg.id] = (method, params)
+            self.effects.do(ev.RunHostHandler(method, msg.id, params, generation))
+        return True
+
+    def answered(self, message: ev.HostAnswered, current_generation: int) -> None:
+        """A host handler finished: answer, unless the request was cancelled or its connection is gone."""
+        waiting = self.in_handler.pop(message.request_id, None)
+        if waiting is None or message.generation != current_generation:
+            return
+        method, params = waiting
+        if message.error is not None:
+            text = f"the host's {method} handler failed: {message.error}"
+            self.effects.send(rpc.error_frame(message.request_id, rpc.INTERNAL_ERROR, text))
+            return
+        result, why = finish_answer(method, params, message.result)
+        if result is None:
+            logger.error("%s: %s; answering -32603", self.name, why)
+            self.effects.send(rpc.error_frame(message.request_id, rpc.INTERNAL_ERROR, f"internal error: {why}"))
+        else:
+            self.effects.send(rpc.result_frame(message.request_id, result))
+
+    def set_roots(self, message: ev.SetRoots, legacy_ready: bool) -> None:
+        self.roots = list(message.roots)
+        if legacy_ready and self.abilities.roots:
+            self.effects.send(rpc.notification(ROOTS_CHANGED))
+
+    def on_notification(self, method: str, params: dict[str, Any]) -> bool:
+        """Handle a notification meant for the host. True: done; False: route it to listeners."""
+        if method == CANCELLED:
+            request_id = params.get("requestId")
+            if self.in_handler.pop(request_id, None) is not None:
+                logger.info("%s: the server cancelled request %r; its answer will not be sent", self.name, request_id)
+            return True
+        if method == PROGRESS:
+            why = check_progress(params)
+            if why is None:
+                self.effects.do(ev.ProgressNoted(params))
+        elif method == TASK_STATUS:
+            why = check_task_status(params)
+            if why is None:
+                self.effects.do(ev.TaskStatusNoted(params))
+                return False
+        elif method == LOG_MESSAGE:
+            why = check_log(params)
+            if why is None:
+                return False
+        else:
+            return False
+        if why is not None:
+            self._warn(method, why, params)
+        return True
+
+    def _warn(self, method: str, why: str, params: Any) -> None:
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_INTERVAL:
+            self._warned_at = now
+            logger.warning(
+                "%s: dropped a malformed %s from the server (%s; %d dropped so far): %.200r",
+                self.name,
+                method,
+                why,
+                self._dropped,
+                params,
+            )

@@ -1,0 +1,139 @@
+"""A real MCP peer whose tools ask the host: the official SDK's ``MCPServer`` (mcp 2.3.0).
+
+Run it as ``python tests/peers/host_server.py [--era both|legacy]`` (stdio). Its
+tools use the SDK's resolvers, so the SDK picks the wire per era: a legacy
+connection gets standalone ``sampling/createMessage``, ``elicitation/create`` and
+``roots/list`` requests mid-call; a 2026-07-28 connection gets an
+``input_required`` result and the client retries with ``inputResponses``.
+
+Tools: ``ask_llm(topic)`` (sampling), ``ask_person()`` (elicitation; the schema has
+defaults), ``show_roots()`` (roots/list), ``count(n)`` (progress and a log message
+per step), ``slow_sample(topic)`` (sampling, with a log before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import anyio
+import mcp_types as types
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
+from mcp.server.runner import serve_dual_era_loop, serve_loop
+from mcp.server.stdio import stdio_server
+from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
+from pydantic import BaseModel
+
+warnings.simplefilter("ignore")  # the SDK flags logging as deprecated in 2026-07-28; legacy hosts use it
+app = MCPServer("exmcp-host-peer")
+#: What the host told this process: the log levels it set, how often its roots changed.
+HEARD: dict[str, list[str]] = {"levels": [], "roots_changed": []}
+CITIES = ["Lisbon", "London", "Lyon", "Madrid"]
+
+
+def _ask(topic: str) -> Sample:
+    return Sample(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=f"tell me about {topic}"))], max_tokens=64
+    )
+
+
+class Person(BaseModel):
+    name: str
+    age: int = 42
+    city: str = "Lyon"
+
+
+def _who() -> Elicit[Person]:
+    return Elicit("Who are you?", Person)
+
+
+def _roots() -> ListRoots:
+    return ListRoots()
+
+
+@app.tool()
+async def ask_llm(topic: str, answer: Annotated[CreateMessageResult, Resolve(_ask)]) -> str:
+    """Sample the host's LLM; return what it said and which model."""
+    content = answer.content
+    text = content.text if isinstance(content, TextContent) else repr(content)
+    return json.dumps({"text": text, "model": answer.model})
+
+
+@app.tool()
+async def ask_person(person: Annotated[ElicitationResult[Person], Resolve(_who)]) -> str:
+    """Elicit a person; return the action and the validated content."""
+    if isinstance(person, AcceptedElicitation):
+        return json.dumps({"action": "accept", "content": person.data.model_dump()})
+    return json.dumps({"action": person.action})
+
+
+@app.tool()
+async def show_roots(roots: Annotated[ListRootsResult, Resolve(_roots)]) -> str:
+    """The host's roots, as uri list."""
+    return json.dumps([str(root.uri) for root in roots.roots])
+
+
+@app.tool()
+async def count(n: int, ctx: Context) -> str:
+    """Report progress n times, with a log message per step."""
+    for step in range(1, n + 1):
+        await ctx.report_progress(step, n, f"step {step}")
+        await ctx.info(f"counted {step}")
+    return f"counted to {n}"
+
+
+@app.tool()
+async def heard() -> str:
+    """What the host told the server: log levels set, roots/list_changed count."""
+    return json.dumps({"levels": HEARD["levels"], "roots_changed": len(HEARD["roots_changed"])})
+
+
+@app.resource("city://{name}")
+def city(name: str) -> str:
+    """A city by name (a resource template)."""
+    return f"the city of {name}"
+
+
+@app.completion()
+async def complete_city(ref: object, argument: types.CompletionArgument, context: object) -> types.Completion:
+    values = [c for c in CITIES if c.lower().startswith(argument.value.lower())]
+    return types.Completion(values=values, total=len(values), has_more=False)
+
+
+async def _set_level(ctx: object, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    HEARD["levels"].append(params.level)
+    return types.EmptyResult()
+
+
+async def _roots_changed(ctx: object, params: object) -> None:
+    HEARD["roots_changed"].append("x")
+
+
+async def main(era: str) -> None:
+    server = app._lowlevel_server
+    # MCPServer leaves logging/setLevel out (deprecated in 2026-07-28); legacy hosts still send it.
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _set_level)  # type: ignore[arg-type]
+    server._notification_handlers["notifications/roots/list_changed"] = type(
+        server._request_handlers["logging/setLevel"]
+    )(types.NotificationParams, _roots_changed)
+    options = server.create_initialization_options()
+    async with server.lifespan(server) as state, stdio_server() as (read_stream, write_stream):
+        if era == "both":
+            await serve_dual_era_loop(server, read_stream, write_stream, lifespan_state=state, init_options=options)
+        else:
+            await serve_loop(server, read_stream, write_stream, lifespan_state=state, init_options=options)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--era", choices=("both", "legacy"), default="both")
+    anyio.run(main, parser.parse_args().era)
