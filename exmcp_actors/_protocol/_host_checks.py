@@ -48,6 +48,13 @@ class HostAbilities:
             caps["sampling"] = {}
         if self.elicitation:
             caps["elicitation"] = {"form": {}}
+        requests: dict[str, Any] = {}
+        if self.sampling:
+            requests["sampling"] = {"createMessage": {}}
+        if self.elicitation:
+            requests["elicitation"] = {"create": {}}
+        if requests:  # the server may send these as tasks (MCP 2025-11-25), see _host_tasks
+            caps["tasks"] = {"list": {}, "cancel": {}, "requests": requests}
         return caps
 
     def answers(self, method: str) -> bool:

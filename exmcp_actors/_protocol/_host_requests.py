@@ -32,6 +32,7 @@ from ._host_checks import (
     check_task_status,
     finish_answer,
 )
+from ._host_tasks import TASK_METHODS, ClientTasks
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -39,6 +40,8 @@ logger = logging.getLogger("exmcp_actors")
 WARN_INTERVAL = 5.0
 #: Server requests waiting for a host handler at once; more get -32603 at once.
 MAX_IN_HANDLERS = 64
+#: The in-handler key of a task-augmented request: (TASK_KEY, task id), never a JSON-RPC id.
+TASK_KEY = "task"
 
 
 class HostRequests:
@@ -51,12 +54,16 @@ class HostRequests:
         self.name = name
         #: request id -> (method, params) for requests whose handler has not answered yet.
         self.in_handler: dict[Any, tuple[str, dict[str, Any]]] = {}
+        self.tasks = ClientTasks(effects)
         self._warned_at = -WARN_INTERVAL
         self._dropped = 0
 
     def on_request(self, msg: rpc.ServerRequest, generation: int) -> bool:
         """Answer or start answering a request the host handles; False if it is not one."""
         method = msg.method
+        if method in TASK_METHODS and (self.abilities.sampling or self.abilities.elicitation):
+            self.tasks.on_request(msg)
+            return True
         if not self.abilities.answers(method):
             return False
         params = {} if msg.params is None else msg.params  # roots/list may come without params
@@ -70,8 +77,16 @@ class HostRequests:
             self.effects.send(rpc.error_frame(msg.id, rpc.INTERNAL_ERROR, "the client is busy with other requests"))
         else:
             assert isinstance(params, dict)
-            self.in_handler[msg.id] = (method, params)
-            self.effects.do(ev.RunHostHandler(method, msg.id, params, generation))
+            key: Any = msg.id
+            if isinstance(params.get("task"), dict):  # task-augmented: answered now, run as a task
+                task_id = self.tasks.create(msg.id, params["task"])
+                if task_id is None:
+                    self.effects.send(rpc.error_frame(msg.id, rpc.INTERNAL_ERROR, "the client runs too many tasks"))
+                    return True
+                key = (TASK_KEY, task_id)
+                params = {name: value for name, value in params.items() if name != "task"}
+            self.in_handler[key] = (method, params)
+            self.effects.do(ev.RunHostHandler(method, key, params, generation))
         return True
 
     def answered(self, message: ev.HostAnswered, current_generation: int) -> None:
@@ -80,16 +95,20 @@ class HostRequests:
         if waiting is None or message.generation != current_generation:
             return
         method, params = waiting
-        if message.error is not None:
-            text = f"the host's {method} handler failed: {message.error}"
-            self.effects.send(rpc.error_frame(message.request_id, rpc.INTERNAL_ERROR, text))
-            return
-        result, why = finish_answer(method, params, message.result)
-        if result is None:
-            logger.error("%s: %s; answering -32603", self.name, why)
-            self.effects.send(rpc.error_frame(message.request_id, rpc.INTERNAL_ERROR, f"internal error: {why}"))
+        key = message.request_id
+        result: dict[str, Any] | None = None
+        why: str | None = f"the host's {method} handler failed: {message.error}"
+        if message.error is None:
+            result, why = finish_answer(method, params, message.result)
+            if why is not None:
+                logger.error("%s: %s; answering -32603", self.name, why)
+                why = f"internal error: {why}"
+        if isinstance(key, tuple) and key[0] == TASK_KEY:
+            self.tasks.finished(key[1], result, why)
+        elif result is None:
+            self.effects.send(rpc.error_frame(key, rpc.INTERNAL_ERROR, str(why)))
         else:
-            self.effects.send(rpc.result_frame(message.request_id, result))
+            self.effects.send(rpc.result_frame(key, result))
 
     def set_roots(self, message: ev.SetRoots, legacy_ready: bool) -> None:
         self.roots = list(message.roots)
