@@ -55,6 +55,7 @@ class HostRequests:
         #: request id -> (method, params) for requests whose handler has not answered yet.
         self.in_handler: dict[Any, tuple[str, dict[str, Any]]] = {}
         self.tasks = ClientTasks(effects)
+        self.answers_seen = 0  # for tests: handler outcomes the session has taken
         self._warned_at = -WARN_INTERVAL
         self._dropped = 0
 
@@ -91,6 +92,7 @@ class HostRequests:
 
     def answered(self, message: ev.HostAnswered, current_generation: int) -> None:
         """A host handler finished: answer, unless the request was cancelled or its connection is gone."""
+        self.answers_seen += 1
         waiting = self.in_handler.pop(message.request_id, None)
         if waiting is None or message.generation != current_generation:
             return

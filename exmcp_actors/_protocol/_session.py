@@ -131,6 +131,8 @@ class Session:
             "subscriptions": len(registry.by_listen_id),
             "paused": self.listeners.paused,
             "generation": self.generation,
+            "in_handler": len(self.host.in_handler),
+            "host_answers": self.host.answers_seen,
         }
 
     # -- what the server sends -------------------------------------------------------------

@@ -60,7 +60,8 @@ connection's handler and delivery threads), ``_transport``
 (the built-in answers), ``_journal`` (what crossed the wire, and waits on it),
 ``_gate`` (refusing opens), ``_ids`` (sets of request ids), and ``_process``
 (server child processes for the test suite and the benchmarks: the port they
-print, stopping them).
+print, stopping them), ``_tasks`` (:class:`FakeTasks`: tool calls run as tasks
+the test completes or fails).
 """
 
 from exmcp_actors.testing._connection import FakeConnection
@@ -76,6 +77,7 @@ from exmcp_actors.testing._protocol import Era as Era
 from exmcp_actors.testing._protocol import ListKind as ListKind
 from exmcp_actors.testing._protocol import Probe as Probe
 from exmcp_actors.testing._server import FakeServer
+from exmcp_actors.testing._tasks import FakeTasks
 from exmcp_actors.testing._transport import MemoryTransport
 
 __all__ = [
@@ -86,6 +88,7 @@ __all__ = [
     "FakeConnection",
     "FakeError",
     "FakeServer",
+    "FakeTasks",
     "Handler",
     "MemoryTransport",
 ]
