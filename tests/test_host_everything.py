@@ -1,0 +1,134 @@
+"""The host side against a second widely used server: the npm reference server
+``@modelcontextprotocol/server-everything`` 2026.8.31 (TypeScript SDK, MCP 2025-11-25),
+whose tools send sampling, elicitation, roots, log and progress traffic and run tasks
+in both directions. It speaks the legacy era only."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sdk_helpers import TapTransport
+
+import exmcp_actors as mcp
+from tests.peers.everything import everything_argv, missing_tools
+
+TIMEOUT = 20.0
+ROOTS = [{"uri": "file:///workspace", "name": "workspace"}]
+
+pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
+
+
+@pytest.fixture(scope="module")
+def argv() -> list[str]:
+    return everything_argv()
+
+
+@pytest.fixture
+def connect(argv: list[str]) -> Iterator[Callable[..., mcp.Client]]:
+    clients: list[mcp.Client] = []
+
+    def make(tap: TapTransport | None = None, **kwargs: Any) -> mcp.Client:
+        client = mcp.connect(tap or argv, reconnect=False, connect_timeout=TIMEOUT, probe_timeout=TIMEOUT, **kwargs)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.disconnect()
+
+
+def sampling(params: dict[str, Any]) -> dict[str, Any]:
+    text = params["messages"][0]["content"]["text"]
+    return {"role": "assistant", "content": {"type": "text", "text": f"echo: {text}"}, "model": "test-llm"}
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return "\n".join(block.get("text", "") for block in result["content"])
+
+
+def test_sampling_elicitation_and_roots(connect: Callable[..., mcp.Client]) -> None:
+    asked: list[dict[str, Any]] = []
+
+    def elicitation(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        return {"action": "accept", "content": {"name": "Ann"}}
+
+    tap = TapTransport(mcp.StdioTransport(everything_argv()))
+    client = connect(tap, sampling=sampling, elicitation=elicitation, roots=ROOTS)
+    assert client.era == "legacy"
+    sampled = text_of(client.call_tool("trigger-sampling-request", {"prompt": "otters"}, timeout=TIMEOUT))
+    assert "echo: Resource trigger-sampling-request context: otters" in sampled and "test-llm" in sampled
+    elicited = text_of(client.call_tool("trigger-elicitation-request", {}, timeout=TIMEOUT))
+    # Ann from the handler; the rest from the schema's defaults, filled by the client.
+    assert '"name": "Ann"' in elicited and '"integer": 42' in elicited and '"number": 3.14' in elicited
+    assert asked[0]["requestedSchema"]["required"] == ["name"]
+    answers = [m["result"] for _, m in tap.sent if m.get("result", {}).get("action") == "accept"]
+    assert answers[0]["content"]["name"] == "Ann" and answers[0]["content"]["integer"] == 42
+    assert "file:///workspace" in text_of(client.call_tool("get-roots-list", {}, timeout=TIMEOUT))
+
+    def roots_asked() -> int:
+        return sum(1 for _, m in tap.received if isinstance(m, dict) and m.get("method") == "roots/list")
+
+    asked_before = roots_asked()
+    client.set_roots([{"uri": "file:///elsewhere", "name": "elsewhere"}])
+    # The server fetches the roots again when told they changed; wait for that answer to go out.
+    tap.wait_for(lambda: roots_asked() > asked_before and len(tap.sent) > 0, TIMEOUT, "roots/list again")
+    tap.wait_for(lambda: any("file:///elsewhere" in str(m) for _, m in tap.sent), TIMEOUT, "the new roots sent")
+    assert "file:///elsewhere" in text_of(client.call_tool("get-roots-list", {}, timeout=TIMEOUT))
+
+
+def test_progress_and_log_messages(connect: Callable[..., mcp.Client]) -> None:
+    client = connect()
+    seen: list[dict[str, Any]] = []
+    client.call_tool(
+        "trigger-long-running-operation", {"duration": 0.3, "steps": 3}, progress=seen.append, timeout=TIMEOUT
+    )
+    assert [(p["progress"], p["total"]) for p in seen] == [(1, 3), (2, 3), (3, 3)]
+    logs = client.subscribe_notifications({"logMessages": True}, timeout=TIMEOUT)
+    client.set_logging_level("debug", timeout=TIMEOUT)
+    client.call_tool("toggle-simulated-logging", {}, timeout=TIMEOUT)  # sends one at once, then every 5 s
+    try:
+        message = logs.get(timeout=TIMEOUT)
+    finally:
+        client.call_tool("toggle-simulated-logging", {}, timeout=TIMEOUT)
+    assert message.method == "notifications/message" and "message" in str(message.params["data"])
+
+
+def test_a_task_that_asks_for_input(connect: Callable[..., mcp.Client]) -> None:
+    def elicitation(params: dict[str, Any]) -> dict[str, Any]:
+        choices = params["requestedSchema"]["properties"]["interpretation"]["oneOf"]
+        return {"action": "accept", "content": {"interpretation": choices[0]["const"]}}
+
+    client = connect(elicitation=elicitation)
+    task = client.call_tool("simulate-research-query", {"topic": "python", "ambiguous": True}, task=True)
+    assert isinstance(task, mcp.Task) and task.status == "working"
+    result = task.result(timeout=TIMEOUT)
+    assert "Clarification**: programming" in text_of(result)
+    statuses = [note.params["status"] for note in task]
+    assert statuses[0] == "input_required" and statuses[-1] == "completed"
+    with pytest.raises(queue.Empty):
+        task.get(timeout=0.01)
+
+
+def test_the_server_runs_sampling_and_elicitation_as_client_tasks(connect: Callable[..., mcp.Client]) -> None:
+    client = connect(sampling=sampling, elicitation=lambda params: {"action": "decline"})
+    sampled = text_of(client.call_tool("trigger-sampling-request-async", {"prompt": "otters"}, timeout=TIMEOUT))
+    assert "[COMPLETED]" in sampled and "echo: Resource trigger-sampling-request-async context: otters" in sampled
+    declined = text_of(client.call_tool("trigger-elicitation-request-async", {}, timeout=TIMEOUT))
+    assert "decline" in declined.lower()
+
+
+def test_resource_templates_and_completion(connect: Callable[..., mcp.Client]) -> None:
+    client = connect()
+    templates = {t["uriTemplate"] for t in client.list_resource_templates(timeout=TIMEOUT)}
+    assert "demo://resource/dynamic/text/{resourceId}" in templates
+    completion = client.complete(
+        {"type": "ref/prompt", "name": "completable-prompt"},
+        {"name": "name", "value": ""},
+        {"arguments": {"department": "Engineering"}},
+        timeout=TIMEOUT,
+    )
+    assert completion["values"] and all(isinstance(v, str) for v in completion["values"])
