@@ -19,7 +19,8 @@ import pykka
 from ._host_pool import HostRuntime
 from ._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
 from ._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
-from ._protocol._host_checks import LOG_LEVELS, check_roots
+from ._protocol._handshake import META_CLIENT_CAPABILITIES
+from ._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
 from ._protocol._jsonrpc import RequestBuilder
 from ._task import Task
 
@@ -202,6 +203,9 @@ class ServerCalls:
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
         if task is not False:
             params["task"] = {} if task is True else dict(task)
+            if self.era == "modern":
+                capabilities = with_tasks_extension(self._host.abilities.capabilities(), True)
+                params["_meta"] = {META_CLIENT_CAPABILITIES: capabilities}
         result = self._interactive("tools/call", params, timeout, progress)
         if task is False:
             return result

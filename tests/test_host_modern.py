@@ -12,6 +12,7 @@ from exmcp_actors.testing import FakeServer
 
 TIMEOUT = 5.0
 SAMPLE = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
+STATUS = "notifications/tasks/status"
 ANSWER = {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}
 
 
@@ -68,3 +69,24 @@ def test_the_log_level_rides_in_every_later_request(server: FakeServer) -> None:
     assert server.count("logging/setLevel") == 0
     listen = server.messages("subscriptions/listen")[0]["params"]["notifications"]
     assert listen == {"toolsListChanged": True}
+
+
+def test_task_status_reaches_listen_subscriptions_naming_the_task(server: FakeServer) -> None:
+    with mcp.connect(server.transport()) as client:
+        subscription = client.listen({"taskIds": ["task-7"]}, timeout=TIMEOUT)
+        listen = server.messages("subscriptions/listen")[0]
+        caps = listen["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+        assert caps["extensions"] == {"io.modelcontextprotocol/tasks": {}}
+        server.event(
+            subscription.subscription_id, "notifications/tasks/status", {"taskId": "task-9", "status": "working"}
+        )
+        server.event(
+            subscription.subscription_id, "notifications/tasks/status", {"taskId": "task-7", "status": "failed"}
+        )
+        event = subscription.get(timeout=TIMEOUT)
+        assert (event.method, event.params["taskId"], event.params["status"]) == (
+            "notifications/tasks/status",
+            "task-7",
+            "failed",
+        )
+        assert subscription.pending() == 0

@@ -29,6 +29,7 @@ PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed"
 RESOURCES_LIST_CHANGED = "notifications/resources/list_changed"
 RESOURCE_UPDATED = "notifications/resources/updated"
 LOG_MESSAGE = "notifications/message"
+TASK_STATUS = "notifications/tasks/status"
 
 #: list_changed method -> the filter key that enables it.
 CATEGORY_OF_METHOD: dict[str, str] = {
@@ -39,7 +40,7 @@ CATEGORY_OF_METHOD: dict[str, str] = {
 }
 
 #: Every notification method a filter can enable.
-FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED))
+FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED, TASK_STATUS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,8 @@ class NotificationFilter:
             if not isinstance(uri, str):
                 return False
             return uri_within(uri, self.uris) if sub_resources else uri in self.uris
+        if method == TASK_STATUS and self.task_ids:
+            return isinstance(params, dict) and params.get("taskId") in self.task_ids
         return False
 
     def is_within(self, other: NotificationFilter) -> bool:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ._filters import LOG_MESSAGE as LOG_MESSAGE
+from ._filters import TASK_STATUS as TASK_STATUS
+
 SAMPLING = "sampling/createMessage"
 ELICITATION = "elicitation/create"
 ROOTS = "roots/list"
@@ -19,8 +22,6 @@ HOST_METHODS: frozenset[str] = frozenset((SAMPLING, ELICITATION, ROOTS))
 
 PROGRESS = "notifications/progress"
 CANCELLED = "notifications/cancelled"
-LOG_MESSAGE = "notifications/message"
-TASK_STATUS = "notifications/tasks/status"
 ROOTS_CHANGED = "notifications/roots/list_changed"
 
 #: Notifications the session reads itself rather than only routing them to listeners.
@@ -63,6 +64,18 @@ class HostAbilities:
             or (method == ELICITATION and self.elicitation)
             or (method == ROOTS and self.roots)
         )
+
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+def with_tasks_extension(capabilities: dict[str, Any], wanted: bool) -> dict[str, Any]:
+    """2026-07-28: a request about tasks (a ``taskIds`` listen, a task-augmented call) declares
+    the tasks extension in its client capabilities (a server refuses it with -32021 otherwise)."""
+    if not wanted:
+        return capabilities
+    extensions = {**capabilities.get("extensions", {}), TASKS_EXTENSION: {}}
+    return {**capabilities, "extensions": extensions}
 
 
 def check_request(method: str, params: Any) -> str | None:

@@ -20,6 +20,7 @@ from ._errors import ConnectionLost, ListenerNotFound, ProtocolError, RequestErr
 from ._events import ArmTimer, CancelSubscription, FetchSnapshot, Relisten, ResyncDone
 from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
+from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
 from ._jsonrpc import ErrorResponse, RequestBuilder, Response, is_transport_failure
 from ._registry import Entry
@@ -62,7 +63,7 @@ class Subscriptions:
         params = with_modern_meta(
             {"notifications": entry.requested.as_dict(wire=True)},
             session.config.client_info,
-            session.config.capabilities,
+            with_tasks_extension(session.config.capabilities, entry.requested.task_ids is not None),
         )
         session.effects.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
 
