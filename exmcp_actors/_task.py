@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._protocol._errors import ProtocolError, RequestError, RequestTimeout
-from ._protocol._host_checks import TASK_STATUS, TERMINAL_TASK_STATES
+from ._protocol._filters import TASK_STATUS
+from ._protocol._host_checks import TERMINAL_TASK_STATES
 from ._protocol._jsonrpc import INTERNAL_ERROR
 from ._protocol._messages import NOTIFICATION, Notification
 

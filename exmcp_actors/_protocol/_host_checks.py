@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._filters import LOG_MESSAGE as LOG_MESSAGE
-from ._filters import TASK_STATUS as TASK_STATUS
+from ._filters import LOG_MESSAGE, TASK_STATUS
 
 SAMPLING = "sampling/createMessage"
 ELICITATION = "elicitation/create"

@@ -17,7 +17,8 @@ from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
-from ._host_checks import TASK_STATUS, TERMINAL_TASK_STATES
+from ._filters import TASK_STATUS
+from ._host_checks import TERMINAL_TASK_STATES
 
 MAX_TASKS = 64
 DEFAULT_TTL_MS = 300_000
