@@ -18,13 +18,12 @@ from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
+from ._filters import LOG_MESSAGE, TASK_STATUS
 from ._host_checks import (
     CANCELLED,
-    LOG_MESSAGE,
     PROGRESS,
     ROOTS,
     ROOTS_CHANGED,
-    TASK_STATUS,
     HostAbilities,
     check_log,
     check_progress,

@@ -25,9 +25,9 @@ from . import _events as ev
 from . import _jsonrpc as rpc
 from ._backoff import Backoff
 from ._errors import ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
-from ._filters import LOG_MESSAGES
+from ._filters import LOG_MESSAGE, LOG_MESSAGES
 from ._handshake import ProtocolMode, with_modern_meta
-from ._host_checks import LOG_MESSAGE, SESSION_NOTIFICATIONS, HostAbilities
+from ._host_checks import SESSION_NOTIFICATIONS, HostAbilities
 from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
 from ._lifecycle import Lifecycle
