@@ -100,7 +100,7 @@ class ServerCalls:
         try:
             return self._driving_input(method, {**params, "_meta": meta}, timeout)
         finally:
-            self._host.unwatch_progress(token)
+            self._host.feeds.pop(token)
             feed.wait_drained(PROGRESS_DRAIN_WAIT)  # what arrived before the answer is passed first
 
     def _driving_input(self, method: str, params: dict[str, Any], timeout: float | None) -> Any:
@@ -213,7 +213,7 @@ class ServerCalls:
         if not isinstance(created, dict):
             raise ProtocolError(f"tools/call as a task returned no task object: {result!r}")
         handle = Task(self, created)
-        self._host.track_task(handle.task_id, handle)
+        self._host.tasks.put(handle.task_id, handle)
         return handle
 
     def read_resource(self, uri: str, *, timeout: float | None = None) -> Any:

@@ -14,7 +14,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from ._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
@@ -23,6 +23,7 @@ logger = logging.getLogger("exmcp_actors")
 
 Handler = Callable[[dict[str, Any]], Any]
 _STOP = object()
+T = TypeVar("T")
 
 
 class WorkerPool:
@@ -112,6 +113,26 @@ class ProgressFeed:
         return self._drained.wait(timeout)
 
 
+class Book(Generic[T]):
+    """A dict the actor reads and host threads write."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[Any, T] = {}
+
+    def put(self, key: Any, item: T) -> None:
+        with self._lock:
+            self._items[key] = item
+
+    def pop(self, key: Any) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+    def get(self, key: Any) -> T | None:
+        with self._lock:
+            return self._items.get(key)
+
+
 class HostRuntime:
     """One client's host side, shared by its actor (which submits) and its facade (which registers)."""
 
@@ -129,9 +150,10 @@ class HostRuntime:
         self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots)
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
-        self._lock = threading.Lock()
-        self._feeds: dict[Any, ProgressFeed] = {}
-        self._tasks: dict[str, Any] = {}
+        #: The progress callbacks of calls in flight, by progress token.
+        self.feeds: Book[ProgressFeed] = Book()
+        #: Task handles not yet terminal, by task id.
+        self.tasks: Book[Any] = Book()
 
     # -- server requests -------------------------------------------------------------------
 
@@ -170,37 +192,20 @@ class HostRuntime:
             logger.error("%s: %s", self.name, why)
         return finished, why
 
-    # -- progress --------------------------------------------------------------------------
+    # -- progress and tasks ----------------------------------------------------------------
 
     def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], Any]) -> ProgressFeed:
         feed = ProgressFeed(callback, self.callback_pool)
-        with self._lock:
-            self._feeds[token] = feed
+        self.feeds.put(token, feed)
         return feed
 
-    def unwatch_progress(self, token: Any) -> None:
-        with self._lock:
-            self._feeds.pop(token, None)
-
     def progress(self, effect: ProgressNoted) -> None:
-        with self._lock:
-            feed = self._feeds.get(effect.params["progressToken"])
+        feed = self.feeds.get(effect.params["progressToken"])
         if feed is not None:
             feed.put(effect.params)
 
-    # -- tasks -----------------------------------------------------------------------------
-
-    def track_task(self, task_id: str, task: Any) -> None:
-        with self._lock:
-            self._tasks[task_id] = task
-
-    def untrack_task(self, task_id: str) -> None:
-        with self._lock:
-            self._tasks.pop(task_id, None)
-
     def task_status(self, effect: TaskStatusNoted) -> None:
-        with self._lock:
-            task = self._tasks.get(effect.params["taskId"])
+        task = self.tasks.get(effect.params["taskId"])
         if task is not None:
             task._status_noted(effect.params)
 

@@ -75,7 +75,7 @@ class Task:
         if params.get("status") in TERMINAL_TASK_STATES and not self._ended.is_set():
             self._ended.set()
             self._inbox.put(_END)
-            self._client._host.untrack_task(self.task_id)
+            self._client._host.tasks.pop(self.task_id)
 
     def refresh(self, *, timeout: float | None = None) -> str:
         """``tasks/get``: the current status (also updates :attr:`status`)."""

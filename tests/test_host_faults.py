@@ -58,6 +58,18 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def hanging_sampling() -> tuple[threading.Event, threading.Event, Callable[[dict[str, Any]], Any]]:
+    """A sampling handler that signals ``entered`` and answers once ``release`` is set."""
+    entered, release = threading.Event(), threading.Event()
+
+    def sampling(params: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        release.wait(TIMEOUT)
+        return ANSWER
+
+    return entered, release, sampling
+
+
 # -- capabilities ---------------------------------------------------------------------------
 
 
@@ -85,13 +97,7 @@ def test_without_a_handler_the_request_is_method_not_found(
 def test_a_hanging_handler_stops_neither_notifications_nor_requests(
     server: FakeServer, connect: Callable[..., mcp.Client]
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def sampling(params: dict[str, Any]) -> dict[str, Any]:
-        entered.set()
-        release.wait(TIMEOUT)
-        return ANSWER
-
+    entered, release, sampling = hanging_sampling()
     client = connect(sampling=sampling)
     listener = client.subscribe_notifications({"toolsListChanged": True})
     hung = server.request("sampling/createMessage", SAMPLE)
@@ -117,13 +123,7 @@ def test_a_handler_that_raises_answers_an_error_and_the_client_stays_ready(
 
 
 def test_a_cancelled_request_gets_no_late_answer(server: FakeServer, connect: Callable[..., mcp.Client]) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def sampling(params: dict[str, Any]) -> dict[str, Any]:
-        entered.set()
-        release.wait(TIMEOUT)
-        return ANSWER
-
+    entered, release, sampling = hanging_sampling()
     client = connect(sampling=sampling)
     cancelled = server.request("sampling/createMessage", SAMPLE)
     assert entered.wait(TIMEOUT)
