@@ -317,3 +317,12 @@ def test_the_server_may_send_sampling_as_a_task(server: FakeServer, connect: Cal
     listed = server.wait_response(server.request("tasks/list"))["result"]["tasks"]
     assert {t["taskId"]: t["status"] for t in listed} == {task_id: "completed", failed_id: "failed"}
     assert error_of(server, server.request("tasks/get", {"taskId": "nope"}))["code"] == -32602
+
+
+def test_the_log_level_is_set_again_after_a_reconnect(server: FakeServer) -> None:
+    fast = mcp.Backoff(initial=0.01, factor=1, maximum=0.01, jitter=0)
+    with mcp.connect(server.transport(), backoff=fast) as client:
+        client.set_logging_level("error", timeout=TIMEOUT)
+        server.drop()
+        server.wait_for("logging/setLevel", connection=2, level="error", timeout=TIMEOUT)
+        assert client.status in ("ready", "reconnecting")

@@ -152,6 +152,7 @@ class Lifecycle:
             self._era_changed(result.era)
         if result.era == "legacy":
             self._fx.do(ev.ToWorker(ev.Resubscribe(self.generation)))
+            self._session.restore_log_level()
         else:
             self._session.listeners.resume()
             self._session.subscriptions.relisten_dropped()

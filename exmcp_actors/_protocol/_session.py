@@ -252,6 +252,11 @@ class Session:
             request_id = self.ids.next_id()
             self._send_request(ev.SendRequest(request_id, "logging/setLevel", {"level": message.level}, message.future))
 
+    def restore_log_level(self) -> None:
+        """A new legacy connection: the server forgot the level the host set."""
+        if self.log_level is not None:
+            self._set_log_level(ev.SetLogLevel(self.log_level, None))
+
     # -- handles ---------------------------------------------------------------------------
 
     def _check_ready(self, era: str) -> None:
