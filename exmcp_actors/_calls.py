@@ -213,7 +213,7 @@ class ServerCalls:
         if not isinstance(created, dict):
             raise ProtocolError(f"tools/call as a task returned no task object: {result!r}")
         handle = Task(self, created)
-        self._host.tasks.put(handle.task_id, handle)
+        self._host.adopt_task(handle)
         return handle
 
     def read_resource(self, uri: str, *, timeout: float | None = None) -> Any:

@@ -23,6 +23,8 @@ logger = logging.getLogger("exmcp_actors")
 
 Handler = Callable[[dict[str, Any]], Any]
 _STOP = object()
+#: Statuses of task ids with no handle yet, kept for that many tasks.
+MAX_EARLY_TASKS = 64
 T = TypeVar("T")
 
 
@@ -154,6 +156,8 @@ class HostRuntime:
         self.feeds: Book[ProgressFeed] = Book()
         #: Task handles not yet terminal, by task id.
         self.tasks: Book[Any] = Book()
+        self._early: dict[str, list[dict[str, Any]]] = {}
+        self._early_lock = threading.Lock()
 
     # -- server requests -------------------------------------------------------------------
 
@@ -205,9 +209,24 @@ class HostRuntime:
             feed.put(effect.params)
 
     def task_status(self, effect: TaskStatusNoted) -> None:
-        task = self.tasks.get(effect.params["taskId"])
-        if task is not None:
-            task._status_noted(effect.params)
+        params = effect.params
+        with self._early_lock:
+            task = self.tasks.get(params["taskId"])
+            if task is None:
+                # A status may come before call_tool has made the task's handle: keep a few.
+                self._early.setdefault(params["taskId"], []).append(params)
+                while len(self._early) > MAX_EARLY_TASKS:
+                    self._early.pop(next(iter(self._early)))
+                return
+        task._status_noted(params)
+
+    def adopt_task(self, task: Any) -> None:
+        """Track a new task handle and give it the statuses that came before it."""
+        with self._early_lock:
+            self.tasks.put(task.task_id, task)
+            early = self._early.pop(task.task_id, [])
+        for params in early:
+            task._status_noted(params)
 
     def close(self) -> None:
         self.handler_pool.close()

@@ -326,3 +326,15 @@ def test_the_log_level_is_set_again_after_a_reconnect(server: FakeServer) -> Non
         server.drop()
         server.wait_for("logging/setLevel", connection=2, level="error", timeout=TIMEOUT)
         assert client.status in ("ready", "reconnecting")
+
+
+def test_a_task_status_sent_before_the_call_returns_is_not_lost(server: FakeServer) -> None:
+    @server.on("tools/call")
+    def call(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.notify("notifications/tasks/status", {"taskId": "early-1", "status": "input_required"})
+        return {"task": {"taskId": "early-1", "status": "working"}}
+
+    with mcp.connect(server.transport()) as client:
+        task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        assert task.get(timeout=TIMEOUT).params["status"] == "input_required"
+        assert task.status == "input_required"
