@@ -1,11 +1,16 @@
 """The host side against a second widely used server: the npm reference server
 ``@modelcontextprotocol/server-everything`` 2026.8.31 (TypeScript SDK, MCP 2025-11-25),
 whose tools send sampling, elicitation, roots, log and progress traffic and run tasks
-in both directions. It speaks the legacy era only."""
+in both directions. It speaks the legacy era only; over stdio, and over Streamable HTTP
+for the last test."""
 
 from __future__ import annotations
 
+import os
 import queue
+import socket
+import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,8 +35,8 @@ def argv() -> list[str]:
 def connect(argv: list[str]) -> Iterator[Callable[..., mcp.Client]]:
     clients: list[mcp.Client] = []
 
-    def make(tap: TapTransport | None = None, **kwargs: Any) -> mcp.Client:
-        client = mcp.connect(tap or argv, reconnect=False, connect_timeout=TIMEOUT, probe_timeout=TIMEOUT, **kwargs)
+    def make(target: Any = None, **kwargs: Any) -> mcp.Client:
+        client = mcp.connect(target or argv, reconnect=False, connect_timeout=TIMEOUT, probe_timeout=TIMEOUT, **kwargs)
         clients.append(client)
         return client
 
@@ -132,3 +137,49 @@ def test_resource_templates_and_completion(connect: Callable[..., mcp.Client]) -
         timeout=TIMEOUT,
     )
     assert completion["values"] and all(isinstance(v, str) for v in completion["values"])
+
+
+@pytest.fixture
+def everything_http(argv: list[str]) -> Iterator[str]:
+    """The same server over Streamable HTTP, on a free port; its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [argv[0], argv[1], "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    listening = threading.Event()
+
+    def read_stderr() -> None:  # drains it to the end, so the server never blocks on it
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening on port" in line:
+                listening.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert listening.wait(TIMEOUT), "server-everything did not start over HTTP"
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(TIMEOUT)
+        reader.join(TIMEOUT)
+
+
+def test_host_requests_and_progress_over_streamable_http(
+    everything_http: str, connect: Callable[..., mcp.Client]
+) -> None:
+    client = connect(everything_http, sampling=sampling, roots=ROOTS)
+    sampled = text_of(client.call_tool("trigger-sampling-request", {"prompt": "otters"}, timeout=TIMEOUT))
+    assert "echo: Resource trigger-sampling-request context: otters" in sampled
+    assert "file:///workspace" in text_of(client.call_tool("get-roots-list", {}, timeout=TIMEOUT))
+    seen: list[dict[str, Any]] = []
+    client.call_tool(
+        "trigger-long-running-operation", {"duration": 0.3, "steps": 3}, progress=seen.append, timeout=TIMEOUT
+    )
+    assert [p["progress"] for p in seen] == [1, 2, 3]
