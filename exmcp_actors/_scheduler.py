@@ -138,6 +138,40 @@ class Scheduler:
                 logger.exception("timer callback %r failed", callback)
 
 
+class TimerSlot:
+    """At most one armed timer of one owner (a heartbeat, a poll), and a switch that ends it.
+
+    Its own small lock, so a callback never waits on the owner's other locks.
+    """
+
+    __slots__ = ("_lock", "_off", "_timer")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._timer: TimerHandle | None = None
+        self._off = False
+
+    @property
+    def armed(self) -> bool:
+        """A timer is armed (maybe due right now)."""
+        timer = self._timer
+        return timer is not None and not timer.done
+
+    def arm(self, delay: float, callback: Callable[..., Any], *args: Any) -> None:
+        """Arm the next timer, replacing the last one; nothing once :meth:`stop` was called."""
+        with self._lock:
+            if not self._off:
+                self._timer = _SCHEDULER.call_later(delay, callback, *args)
+
+    def stop(self) -> None:
+        """Cancel the armed timer and arm nothing more."""
+        with self._lock:
+            self._off = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+
 _SCHEDULER = Scheduler()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pykka
 
 from ._inbox import Inbox, land
-from ._scheduler import TimerHandle, call_later
+from ._scheduler import TimerSlot
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -155,6 +156,12 @@ class SubscriberProxy(pykka.ThreadingActor):
         self._report_down()
 
 
+def _next_poll() -> float:
+    """Seconds to the next multiple of the interval: every client's poll falls due at the same
+    instant, so the shared scheduler wakes once per interval however many clients watch."""
+    return LIVENESS_INTERVAL - time.monotonic() % LIVENESS_INTERVAL
+
+
 class LivenessWatcher:
     """Polls watched subscribers and stops the proxies of dead ones.
 
@@ -166,14 +173,13 @@ class LivenessWatcher:
         self._name = name
         self._lock = threading.Lock()
         self._watched: dict[Any, tuple[Callable[[], bool], pykka.ActorRef[Any]]] = {}
-        self._closed = False
-        self._timer: TimerHandle | None = None
+        self._timer = TimerSlot()
 
     def watch(self, key: Any, alive: Callable[[], bool], proxy: pykka.ActorRef[Any]) -> None:
         with self._lock:
             self._watched[key] = (alive, proxy)
-            if self._timer is None and not self._closed:
-                self._timer = call_later(LIVENESS_INTERVAL, self._poll)
+            if not self._timer.armed:
+                self._timer.arm(_next_poll(), self._poll)
 
     def unwatch(self, key: Any) -> None:
         with self._lock:
@@ -184,9 +190,9 @@ class LivenessWatcher:
             dead = [(key, proxy) for key, (alive, proxy) in self._watched.items() if not alive()]
             for key, _ in dead:
                 del self._watched[key]
-            # Armed again only while there is something to watch.
-            more = bool(self._watched) and not self._closed
-            self._timer = call_later(LIVENESS_INTERVAL, self._poll) if more else None
+            # Armed again only while there is something to watch (and once: watch() may have).
+            if self._watched and not self._timer.armed:
+                self._timer.arm(_next_poll(), self._poll)
         for _, proxy in dead:
             try:
                 proxy.tell(SubscriberGone())
@@ -194,8 +200,4 @@ class LivenessWatcher:
                 pass
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
+        self._timer.stop()

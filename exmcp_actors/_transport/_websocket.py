@@ -41,13 +41,13 @@ import struct
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import websocket
 
 from .._protocol._errors import TransportError
-from .._scheduler import TimerHandle, call_later
+from .._scheduler import TimerSlot
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
 from ._framing import (
     ConnectionSlot,
@@ -207,9 +207,9 @@ class _WsConnection:
             on_exit=self._writer_exit,
         )
         self.reader = threading.Thread(target=self._read_loop, name="exmcp-ws-reader", daemon=True)
-        self._heartbeat_timer: TimerHandle | None = None
-        self._heartbeat_lock = threading.Lock()
-        self._heartbeat_off = False
+        #: The next ping or pong check, on the shared scheduler (its own lock, not _finish_lock,
+        #: which _finish holds while it joins threads).
+        self._heartbeat = TimerSlot()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -237,7 +237,7 @@ class _WsConnection:
         self.writer.start()
         self.reader.start()
         if self.t.heartbeat_interval:
-            self._arm_heartbeat(self.t.heartbeat_interval, self._heartbeat_ping)
+            self._heartbeat.arm(self.t.heartbeat_interval, self._heartbeat_ping)
 
     def send(self, data: bytes) -> None:
         if not self.latch.active:
@@ -283,7 +283,7 @@ class _WsConnection:
             self._abort()
             self.writer.stop()
             join_thread(self.writer.thread, self.t.close_timeout, self.label)
-            self._stop_heartbeat()
+            self._heartbeat.stop()
             self.ws.shutdown()  # type: ignore[no-untyped-call]
 
     # -- threads -----------------------------------------------------------
@@ -414,25 +414,13 @@ class _WsConnection:
     # The heartbeat runs on the process-wide scheduler (``_scheduler``), not a thread of its
     # own: a ping is due every ``heartbeat_interval``, its check ``heartbeat_timeout`` later.
 
-    def _arm_heartbeat(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
-        with self._heartbeat_lock:  # not _finish_lock: _finish holds it while it joins threads
-            if not self._heartbeat_off:
-                self._heartbeat_timer = call_later(delay, callback, *args)
-
-    def _stop_heartbeat(self) -> None:
-        with self._heartbeat_lock:
-            self._heartbeat_off = True
-            timer, self._heartbeat_timer = self._heartbeat_timer, None
-        if timer is not None:
-            timer.cancel()
-
     def _heartbeat_ping(self) -> None:
         if self._stop.is_set():
             return
         ping_at = time.monotonic()
         self._ping_due.set()
         self.writer.wake()
-        self._arm_heartbeat(self.t.heartbeat_timeout, self._heartbeat_check, ping_at)
+        self._heartbeat.arm(self.t.heartbeat_timeout, self._heartbeat_check, ping_at)
 
     def _heartbeat_check(self, ping_at: float) -> None:
         if self._stop.is_set():
@@ -446,4 +434,4 @@ class _WsConnection:
             return
         interval = self.t.heartbeat_interval
         assert interval is not None
-        self._arm_heartbeat(max(0.0, ping_at + interval - time.monotonic()), self._heartbeat_ping)
+        self._heartbeat.arm(max(0.0, ping_at + interval - time.monotonic()), self._heartbeat_ping)
