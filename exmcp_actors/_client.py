@@ -36,6 +36,11 @@ from ._subscription import Subscription, Watch
 logger = logging.getLogger("exmcp_actors")
 
 
+def remaining(deadline: float) -> float:
+    """What is left of a deadline for a last short step (never less than 0.1 s)."""
+    return max(0.1, deadline - time.monotonic())
+
+
 class Client(ServerCalls):
     """A connection to one MCP server. Thread-safe: call it from any thread.
 
@@ -142,19 +147,22 @@ class Client(ServerCalls):
         handle, resolved = self._new_handle(flt, subscriber, kind, "legacy")
         handle_id = handle.id
         uris = flt.uris
-        if uris and self._held_path(handle_id, uris):
-            # Every URI is held already: no wire call, so no trip to the worker either; the client
-            # actor registers and activates in one step.
+        if not uris or self._held_path(handle_id, uris):
+            # Nothing for the worker (no URIs, or every one held already and taken on this thread):
+            # the client actor registers and activates in one step.
             self._ask_or_abandon(RegisterListener(handle, kind, flt, resolved, activate=True), handle_id, True, wait)
             return handle
-        if not uris:
-            self._ask_or_abandon(RegisterListener(handle, kind, flt, resolved, activate=True), handle_id, False, wait)
-            return handle
         try:
-            # Registered first: the client actor checks the era and the subscriber before the wire.
-            self._ask(RegisterListener(handle, kind, flt, resolved), wait)
-            self._acquire(handle_id, uris, resolved.alive, deadline, wait)
-            self._ask(ActivateListener(handle_id), max(0.1, deadline - time.monotonic()))
+            if self._ready_for("legacy"):
+                # The likely case: the URIs first (the worker checks the subscriber before the wire),
+                # then one step on the client actor, which checks again and releases if it refuses.
+                self._acquire(handle_id, uris, resolved.alive, deadline, wait)
+                self._ask(RegisterListener(handle, kind, flt, resolved, activate=True), remaining(deadline))
+            else:
+                # Registered first: the client actor says why it cannot (era, status) before any wire call.
+                self._ask(RegisterListener(handle, kind, flt, resolved), wait)
+                self._acquire(handle_id, uris, resolved.alive, deadline, wait)
+                self._ask(ActivateListener(handle_id), remaining(deadline))
         except BaseException:
             # Whatever failed, and even if a timed-out ask is still queued: the abandon is queued
             # behind it on the client, the release behind any acquisition on the worker, so
@@ -179,7 +187,7 @@ class Client(ServerCalls):
         except BaseException:
             self._tell(AbandonListener(handle_id))  # queued behind the ask, if that is still queued
             if release:
-                self._release_on_worker(handle_id)
+                self._release_on_worker(handle_id)  # a no-op when it holds nothing
             raise
 
     def _acquire(self, handle_id: Any, uris: tuple[str, ...], alive: Any, deadline: float, wait: float) -> None:
