@@ -145,3 +145,28 @@ def test_a_modern_websocket_client_with_one_watch_runs_five_threads_and_shares_t
     if thread is not None:
         thread.join(WAIT)
     assert scheduler().pending() == 0  # every client's timers were cancelled with it
+
+
+def test_the_liveness_watcher_polls_only_while_it_watches_someone() -> None:
+    from exmcp_actors._subscriber_proxy import LivenessWatcher
+
+    class Proxy:
+        def __init__(self) -> None:
+            self.told: queue.SimpleQueue[object] = queue.SimpleQueue()
+
+        def tell(self, message: object) -> None:
+            self.told.put(message)
+
+    watcher = LivenessWatcher("test")
+    assert not watcher._timer.armed  # nobody watched: no timer, no wake-up
+    alive = threading.Event()
+    alive.set()
+    proxy = Proxy()
+    watcher.watch("k", alive.is_set, proxy)  # type: ignore[arg-type]
+    assert watcher._timer.armed
+    alive.clear()  # the subscriber dies: the next poll stops its proxy, then polling ends
+    assert type(proxy.told.get(timeout=WAIT)).__name__ == "SubscriberGone"
+    assert wait_until(lambda: not watcher._timer.armed)
+    watcher.close()
+    watcher.watch("k2", lambda: True, proxy)  # type: ignore[arg-type]
+    assert not watcher._timer.armed  # closed: arms nothing more
