@@ -13,10 +13,10 @@ import pykka
 
 from ._calls import ServerCalls, check_timeout
 from ._client_actor import Disconnect, InspectClient, SharedState
-from ._handle import Handle
+from ._handle import FilteredHandle, Handle
 from ._inbox import Inbox
 from ._listener import Listener
-from ._protocol._errors import NotConnected, RequestTimeout
+from ._protocol._errors import ListenerNotFound, NotConnected, RequestTimeout, UseListen
 from ._protocol._events import (
     AbandonListener,
     Acquire,
@@ -30,7 +30,7 @@ from ._protocol._events import (
 from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from ._protocol._jsonrpc import RequestBuilder
 from ._refcount_worker import Inspect
-from ._subscriber_proxy import Subscriber, resolve_subscriber
+from ._subscriber_proxy import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
 from ._subscription import Subscription, Watch
 
 logger = logging.getLogger("exmcp_actors")
@@ -118,7 +118,10 @@ class Client(ServerCalls):
         Raises:
             FilterError, NotConnected, UseListen, SubscriberNotAlive, SubscribeFailed, RequestTimeout.
         """
-        flt = normalize_filter(filter)
+        flt = normalize_filter(filter, allow_tasks=self.era == "modern")
+        if flt.task_ids is not None:
+            # A listen() filter given to the legacy API on a modern peer: name the API to use.
+            raise UseListen("taskIds belongs to listen(), and this server speaks MCP 2026-07-28: use listen()")
         listener = self._register_listener(flt, subscriber, timeout, kind="listener")
         assert isinstance(listener, Listener)
         return listener
@@ -179,21 +182,28 @@ class Client(ServerCalls):
             pass
 
     def unsubscribe_notifications(self, listener: Listener, timeout: float = 5.0) -> None:
-        """Remove a listener and release its URIs. No closing message follows.
+        """Remove a listener (or a legacy watch) and release its URIs. No closing message follows.
 
         Raises:
-            ListenerNotFound: it was already removed or closed. On a stopped client this is a no-op.
+            ListenerNotFound: it was already removed or closed, or belongs to another client.
+                On a stopped client this is a no-op.
+            TypeError: ``listener`` is not a listener.
         """
-        if not isinstance(listener, Listener):
-            raise TypeError(f"expected a Listener, got {type(listener).__name__}")
+        if not isinstance(listener, FilteredHandle):
+            raise TypeError(f"unsubscribe_notifications() takes a Listener, got {type(listener).__name__}")
         self._remove_handle(listener, timeout=timeout)
 
-    def _remove_handle(self, handle: Handle, *, timeout: float) -> None:
+    def _check_own(self, handle: Handle) -> None:
         if handle.client is not self:
-            raise ValueError(f"{handle!r} belongs to another client")
+            raise ListenerNotFound(f"{handle!r} belongs to another client ({handle.client!r}), not to {self!r}")
+
+    def _remove_handle(self, handle: Handle, *, timeout: float) -> None:
+        self._check_own(handle)
+        wait = check_timeout("timeout", timeout)
+        # From here on nothing new starts being delivered to it, whatever the outcome below.
+        cut(handle, CUT)
         if not self._ref.is_alive():
             return  # a stopped client holds nothing: nothing to remove
-        wait = check_timeout("timeout", timeout)
         deadline = time.monotonic() + wait
         try:
             self._ask(RemoveHandle(handle.id), wait)
@@ -241,10 +251,13 @@ class Client(ServerCalls):
         return handle
 
     def _cancel_subscription(self, subscription: Subscription, *, timeout: float) -> None:
+        self._check_own(subscription)
+        wait = check_timeout("timeout", timeout)
+        cut(subscription, FINAL_ONLY)  # its backlog is dropped; its closing message still goes
         if not self._ref.is_alive():
             return
         try:
-            self._ask(CancelSubscription(subscription.id, "cancelled"), check_timeout("timeout", timeout))
+            self._ask(CancelSubscription(subscription.id, "cancelled"), wait)
         except NotConnected:
             return
 
@@ -290,6 +303,8 @@ class Client(ServerCalls):
         except pykka.ActorDeadError:
             pass
         self._wait_stopped(wait)
+        for handle in self._shared.disconnected_handles:  # a put() still blocked may finish, no more
+            cut(handle, CUT)
 
     def _wait_stopped(self, timeout: float) -> None:
         """Wait for the client actor, then every actor and thread it started, to end."""

@@ -51,9 +51,14 @@ class Inbox:
 
         Raises:
             queue.Empty: nothing arrived in time, or the inbox is finished and drained.
+            TypeError: a timeout that is not a number.
             ValueError: a negative or NaN timeout.
         """
         if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(
+                    f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}"
+                )
             if not timeout >= 0:  # NaN too
                 raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
             if timeout > threading.TIMEOUT_MAX:
