@@ -184,9 +184,6 @@ class Call:
         return self._value
 
 
-_never = threading.Event()
-
-
 def getter(source: Any) -> Getter:
     """``get(timeout)`` for a Listener (its inbox) or a queue."""
     return lambda timeout: source.get(timeout=timeout)
