@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 import pykka
 
+from ._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from ._calls import ServerCalls, check_timeout
 from ._client_actor import Disconnect, InspectClient, SharedState
 from ._handle import FilteredHandle, Handle
@@ -23,6 +25,7 @@ from ._protocol._events import (
     ActivateListener,
     CancelSubscription,
     OpenSubscription,
+    Overflowed,
     RegisterListener,
     Release,
     RemoveHandle,
@@ -105,7 +108,9 @@ class Client(ServerCalls):
 
     # -- legacy listeners ------------------------------------------------------------------
 
-    def subscribe_notifications(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Listener:
+    def subscribe_notifications(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> Listener:
         """Register a legacy listener (MCP 2024-11-05 .. 2025-11-25).
 
         Args:
@@ -114,6 +119,8 @@ class Client(ServerCalls):
             subscriber: None (the calling thread, inbox on the listener), a Thread,
                 a pykka ActorRef, or an object with ``put()``.
             timeout: seconds for the whole registration, including ``resources/subscribe``.
+            max_pending: how many messages may wait for the subscriber; past it change signals
+                are coalesced and anything else closes the listener with ``("overflow", max_pending)``.
 
         Raises:
             FilterError, NotConnected, UseListen, SubscriberNotAlive, SubscribeFailed, RequestTimeout.
@@ -122,25 +129,35 @@ class Client(ServerCalls):
         if flt.task_ids is not None:
             # A listen() filter given to the legacy API on a modern peer: name the API to use.
             raise UseListen("taskIds belongs to listen(), and this server speaks MCP 2026-07-28: use listen()")
-        listener = self._register_listener(flt, subscriber, timeout, kind="listener")
+        listener = self._register_listener(flt, subscriber, timeout, max_pending, kind="listener")
         assert isinstance(listener, Listener)
         return listener
 
-    def _new_handle(self, flt: NotificationFilter, subscriber: Any, kind: str, era: str) -> tuple[Handle, Subscriber]:
+    def _new_handle(
+        self, flt: NotificationFilter, subscriber: Any, kind: str, era: str, max_pending: int
+    ) -> tuple[Handle, Subscriber]:
         """The host's handle, with its own inbox unless its subscriber is an actor or a put() object."""
         resolved = resolve_subscriber(subscriber)
         handle_id = f"{kind}-{self._ids.next_id()}"
-        inbox = Inbox() if resolved.target is None else None
+        bound = Bound(max_pending, functools.partial(self._tell, Overflowed(handle_id)))
+        inbox = Inbox(bound) if resolved.target is None else None
+        handle: Handle
         if kind == "watch":
-            return Watch(handle_id, self, resolved.owner, flt, inbox, era), resolved
-        if kind == "subscription":
-            return Subscription(handle_id, self, resolved.owner, flt, inbox), resolved
-        return Listener(handle_id, self, resolved.owner, flt, inbox), resolved
+            handle = Watch(handle_id, self, resolved.owner, flt, inbox, era)
+        elif kind == "subscription":
+            handle = Subscription(handle_id, self, resolved.owner, flt, inbox)
+        else:
+            handle = Listener(handle_id, self, resolved.owner, flt, inbox)
+        handle._bound = bound
+        return handle, resolved
 
-    def _register_listener(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
+    def _register_listener(
+        self, flt: NotificationFilter, subscriber: Any, timeout: float, max_pending: int, *, kind: str
+    ) -> Handle:
         wait = check_timeout("timeout", timeout)
+        limit = check_max_pending(max_pending)
         deadline = time.monotonic() + wait
-        handle, resolved = self._new_handle(flt, subscriber, kind, "legacy")
+        handle, resolved = self._new_handle(flt, subscriber, kind, "legacy", limit)
         handle_id = handle.id
         try:
             self._ask(RegisterListener(handle, kind, flt, resolved), wait)
@@ -224,22 +241,30 @@ class Client(ServerCalls):
 
     # -- modern subscriptions --------------------------------------------------------------
 
-    def listen(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Subscription:
+    def listen(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> Subscription:
         """Open a ``subscriptions/listen`` stream (MCP 2026-07-28 peers only) and wait for its acknowledgment.
+
+        ``max_pending`` bounds the messages waiting for the subscriber, as for
+        :meth:`subscribe_notifications` (the closing message is a ``SubscriptionClosed``).
 
         Raises:
             FilterError, NotConnected, ListenRequiresModern, SubscriberNotAlive,
             ProtocolError (a wider acknowledgment), RequestError, RequestTimeout.
         """
         flt = normalize_filter(filter, allow_tasks=True)
-        handle = self._open_subscription(flt, subscriber, timeout, kind="subscription")
+        handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="subscription")
         assert isinstance(handle, Subscription)
         return handle
 
-    def _open_subscription(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
+    def _open_subscription(
+        self, flt: NotificationFilter, subscriber: Any, timeout: float, max_pending: int, *, kind: str
+    ) -> Handle:
         wait = check_timeout("timeout", timeout)
+        limit = check_max_pending(max_pending)
         deadline = time.monotonic() + wait
-        handle, resolved = self._new_handle(flt, subscriber, kind, "modern")
+        handle, resolved = self._new_handle(flt, subscriber, kind, "modern", limit)
         handle_id = handle.id
         acknowledged: Future[NotificationFilter] = Future()
         self._ask(OpenSubscription(handle, kind, flt, resolved, acknowledged), wait)
@@ -276,20 +301,23 @@ class Client(ServerCalls):
 
     # -- era-agnostic ----------------------------------------------------------------------
 
-    def watch(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Watch:
+    def watch(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> Watch:
         """Listen in whichever era the peer speaks, with the legacy message vocabulary.
 
         A legacy listener on a legacy peer, a ``subscriptions/listen`` on a modern
         one; messages are :class:`Notification`, :class:`Reconnected` and
         :class:`Closed` either way. A watch carries on (as a subscription) when a
-        legacy peer comes back modern after a reconnect.
+        legacy peer comes back modern after a reconnect. ``max_pending`` as for
+        :meth:`subscribe_notifications`.
         """
         if self.era == "modern":
             flt = normalize_filter(filter, allow_tasks=True)
-            handle = self._open_subscription(flt, subscriber, timeout, kind="watch")
+            handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="watch")
         else:
             flt = normalize_filter(filter)
-            handle = self._register_listener(flt, subscriber, timeout, kind="watch")
+            handle = self._register_listener(flt, subscriber, timeout, max_pending, kind="watch")
         assert isinstance(handle, Watch)
         return handle
 

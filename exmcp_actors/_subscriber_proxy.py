@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import pykka
 
+from ._bound import handed_over
 from ._inbox import Inbox, land
 from ._protocol._messages import FINAL_TAGS
 
@@ -129,6 +130,7 @@ class PutTarget:
             return False
         put = self.obj.put
         for message in messages:
+            handed_over(message)
             if _stopped(message):
                 continue
             try:
@@ -153,6 +155,7 @@ def deliver(target: Any, messages: list[Any]) -> bool:
         return target.deliver(messages)
     try:
         for message in messages:
+            handed_over(message)
             if not _stopped(message):
                 target.tell(message)
     except pykka.ActorDeadError:

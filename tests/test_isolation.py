@@ -41,6 +41,16 @@ class Counting:
         return sum(1 for item in self.items if item[0] == "ex_mcp_notification")
 
 
+class CountOnly:
+    """A put() subscriber that keeps nothing but a count."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def put(self, item: Any) -> None:
+        self.count += 1
+
+
 class Raising(Counting):
     """A put() subscriber whose put() raises from its FAILS_AT-th call on."""
 
@@ -336,3 +346,134 @@ def test_every_public_exception_prints_as_a_sentence_and_shows_as_exmcp_actors()
     assert f"{mcp.SubscriberNotAlive.__module__}.{mcp.SubscriberNotAlive.__qualname__}" == (
         "exmcp_actors.SubscriberNotAlive"
     )
+
+
+# -- max_pending -------------------------------------------------------------------------
+
+SIGNALS = 15_000
+
+
+def _updated(uri: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
+
+
+def test_an_unread_inbox_of_signals_stays_bounded_and_keeps_the_latest_signal_per_uri(
+    client: mcp.Client, server: FakeServer
+) -> None:
+    uris = [URI_A, URI_B]
+    flt = {"resourceSubscriptions": uris, "toolsListChanged": True}
+    stalled = client.subscribe_notifications(flt, max_pending=1_000)
+    counter = Counting()  # reads everything at once: tells when the client has handled it all
+    client.subscribe_notifications(flt, subscriber=counter)
+    tools = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    wave = [_updated(URI_A), _updated(URI_B), tools] * 500
+    for _ in range(SIGNALS // len(wave)):
+        server.send_batch(wave)
+    eventually(lambda: counter.updates() == SIGNALS // len(wave) * len(wave), what="the client handling every signal")
+    # At most the bound, plus one signal per key queued at the bound; nothing closed it.
+    assert 1_000 <= stalled.pending() <= 1_000 + 3
+    messages = [stalled.get(timeout=WAIT) for _ in range(stalled.pending())]
+    assert all(message[0] == "ex_mcp_notification" for message in messages)
+    tail = {(m.method, m.params.get("uri")) for m in messages[-3:]}
+    assert tail == {(m["method"], m.get("params", {}).get("uri")) for m in wave[:3]}, "the latest signals were lost"
+    assert client._inspect()["entries"] == 2
+    server.send_batch([tools])  # still delivered to: it was never closed
+    assert stalled.get(timeout=WAIT).method == "notifications/tools/list_changed"
+
+
+def test_bytes_per_pending_message_and_an_unread_inbox_stops_growing_at_its_bound(
+    client: mcp.Client, server: FakeServer
+) -> None:
+    import json
+    import tracemalloc
+
+    from exmcp_actors._bound import DEFAULT_MAX_PENDING, Bound
+    from exmcp_actors._inbox import Inbox, land
+
+    # End to end: the inbox holds the bound and one signal queued at it, whatever comes after.
+    bound = 1_000
+    stalled = client.subscribe_notifications({"resourceSubscriptions": [URI_A]}, max_pending=bound)
+    counter = CountOnly()
+    client.subscribe_notifications({"resourceSubscriptions": [URI_A]}, subscriber=counter)
+    for _ in range(3):
+        server.send_batch([_updated(URI_A)] * bound)
+    eventually(lambda: counter.count == 3 * bound, what="every message handled")
+    assert stalled.pending() == bound + 1
+
+    # The memory of one inbox, as the client fills it (a decoded frame in a Notification tuple).
+    handle = object()
+    wire = json.dumps(_updated(URI_A))
+    inbox = Inbox(Bound(DEFAULT_MAX_PENDING, lambda: None))
+
+    def fill(n: int) -> None:
+        for _ in range(n // 100):
+            land(
+                inbox,
+                [
+                    mcp.Notification("ex_mcp_notification", handle, m["method"], m["params"])
+                    for m in (json.loads(wire) for _ in range(100))
+                ],
+            )
+
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        fill(DEFAULT_MAX_PENDING)
+        full = tracemalloc.get_traced_memory()[0]
+        fill(2 * DEFAULT_MAX_PENDING)
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    per_message = (full - base) / DEFAULT_MAX_PENDING
+    growth = after - full
+    print(f"pending message: {per_message:.0f} bytes; {2 * DEFAULT_MAX_PENDING} more past the bound: {growth} bytes")
+    assert len(inbox) == DEFAULT_MAX_PENDING + 1
+    assert per_message < 2_000
+    assert growth < 100 * per_message, "an unread inbox kept growing past its bound"  # unbounded: 20,000x
+
+
+def test_a_non_signal_past_the_bound_closes_a_put_listener_with_overflow_and_releases_its_uris(
+    client: mcp.Client, server: FakeServer
+) -> None:
+    gate = Gate()
+    listener = client.subscribe_notifications(
+        {"toolsListChanged": True, "resourceSubscriptions": [URI_A]}, subscriber=gate, max_pending=3
+    )
+    tools = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    server.send_batch([tools])
+    assert gate.blocked.wait(WAIT)
+    server.send_batch([tools] * 10)  # 3 wait, one more (a key queued at the bound), the rest coalesced
+    server.drop()  # the reconnect's Reconnected is no change signal: past the bound, it overflows
+    eventually(lambda: server.count("resources/unsubscribe", uri=URI_A) == 1, what="the release of its URI")
+    assert client._inspect()["entries"] == 0
+    gate.release.set()
+    eventually(lambda: gate.items and gate.items[-1][0] == "ex_mcp_notification_closed", what="the closing message")
+    assert gate.items[-1] == ("ex_mcp_notification_closed", listener, ("overflow", 3))
+    assert [item[0] for item in gate.items[:-1]] == ["ex_mcp_notification"] * 5
+    with pytest.raises(mcp.ListenerNotFound):
+        listener.unsubscribe()
+
+
+def test_made_up_uris_past_twice_the_bound_close_a_subscription_with_overflow(harness_modern: Any) -> None:
+    server, client = harness_modern
+    base = "file:///dir"
+    subscription = client.listen({"resourceSubscriptions": [base]}, max_pending=50)
+    for i in range(200):  # sub-resources: each a new key, as a hostile server could make up
+        server.event(subscription.subscription_id, "notifications/resources/updated", {"uri": f"{base}/{i}"})
+    eventually(lambda: not server.open_listens(), what="the subscription's end on the wire")
+    messages = list(subscription)
+    assert messages[-1] == ("ex_mcp_subscription_closed", subscription, ("overflow", 50))
+    assert len(messages) == 100 + 1
+    assert client._inspect()["entries"] == 0
+
+
+@pytest.mark.parametrize("bad", [0, -5], ids=["zero", "negative"])
+def test_a_bad_max_pending_raises_value_error(client: mcp.Client, bad: int) -> None:
+    with pytest.raises(ValueError, match=r"^max_pending must be at least 1"):
+        client.subscribe_notifications({"toolsListChanged": True}, max_pending=bad)
+
+
+def test_a_wrong_typed_max_pending_raises_type_error(client: mcp.Client) -> None:
+    with pytest.raises(TypeError, match=r"^max_pending must be an int"):
+        client.watch({"toolsListChanged": True}, max_pending="10")  # type: ignore[arg-type]
+    assert client._inspect()["entries"] == 0
