@@ -12,6 +12,7 @@ from typing import Any
 import pykka
 
 from ._calls import ServerCalls, check_timeout
+from ._catalog import CatalogCalls
 from ._client_actor import Disconnect, InspectClient, SharedState
 from ._handle import Handle
 from ._inbox import Inbox
@@ -36,7 +37,7 @@ from ._subscription import Subscription, Watch
 logger = logging.getLogger("exmcp_actors")
 
 
-class Client(ServerCalls):
+class Client(ServerCalls, CatalogCalls):
     """A connection to one MCP server. Thread-safe: call it from any thread.
 
     Create it with :func:`connect`. Every blocking call takes ``timeout=`` in seconds.
