@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import configparser
+import io
 import json
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 import exmcp_actors as mcp
@@ -34,8 +34,7 @@ def _clean_exit(cli: Cli) -> None:
     assert "Traceback" not in cli.stderr, cli.stderr
 
 
-@pytest.mark.parametrize("kind", ["ws", "http"])
-@pytest.mark.parametrize("era", ["both", "legacy"])
+@pytest.mark.parametrize(("kind", "era"), [("ws", "both"), ("http", "legacy")])
 def test_url_target_prints_notifications_and_a_reconnect(kind: str, era: str, request: pytest.FixtureRequest) -> None:
     peer = request.getfixturevalue(f"sdk_{kind}_peer" if era == "both" else f"sdk_{kind}_peer_legacy")
     with Cli("--uri", URI_A, peer.url) as cli:
@@ -102,13 +101,23 @@ def test_demo_ctrl_c_stops_the_demo_server() -> None:
         assert wait_gone(children) == []
 
 
+def _run_here(*args: str) -> tuple[int, str, str]:
+    """The command in this process (no interpreter start-up): status, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        rc = _cli.run(list(args), out, err)
+    except SystemExit as exc:  # argparse's usage errors
+        rc = int(exc.code or 0)
+    return rc, out.getvalue(), err.getvalue()
+
+
 def test_text_output_has_a_time_stamp_and_the_server_name() -> None:
-    done = run_cli("--demo", "--count", "1", timeout=20)
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
+    rc, stdout, stderr = _run_here("--demo", "--count", "1")
+    assert rc == 0, stderr
+    first = stdout.splitlines()[0]
     stamp, name, method = first.split()[:3]
     assert len(stamp) == len("12:34:56.789") and stamp[2] == ":" and name == "demo" and method == "connected"
-    assert "\033[" not in done.stdout  # no colour when stdout is not a terminal
+    assert "\033[" not in stdout  # no colour when stdout is not a terminal
 
 
 def test_colour_on_a_terminal() -> None:
@@ -136,20 +145,26 @@ def test_unreachable_server_is_one_line_and_a_failure() -> None:
 
 
 def test_refused_handshake_is_one_line_and_a_failure() -> None:
-    done = run_cli("--era", "modern", "--", *peer_argv("stdio", "legacy"), timeout=30)
-    assert done.returncode == 1
-    (line,) = done.stderr.splitlines()
+    rc, stdout, stderr = _run_here("--era", "modern", "--", *peer_argv("stdio", "legacy"))
+    assert rc == 1 and stdout == ""
+    (line,) = stderr.splitlines()
     assert line.startswith("exmcp-watch: cannot connect to")
 
 
-def test_bad_config_and_bad_arguments() -> None:
-    done = run_cli("--config", "/nonexistent/servers.json")
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+def test_bad_config_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, stderr = _run_here("--config", "/nonexistent/servers.json")
+    assert rc == 2
+    assert stderr.splitlines() == [
         "exmcp-watch: cannot read the config file '/nonexistent/servers.json': No such file or directory"
     ]
-    assert run_cli("ftp://example.com").returncode == 2
-    assert run_cli("--demo", "http://example.com").returncode == 2  # two sources
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"mcpServers": {"x": {"url": "http://h/sse", "type": "sse"}}}))
+    rc, _, stderr = _run_here("--config", str(bad))
+    assert rc == 2 and "HTTP+SSE transport is not supported" in stderr
+    assert _run_here("ftp://example.com")[0] == 2
+    assert _run_here("--demo", "http://example.com")[0] == 2  # two sources
+    assert _run_here("--demo", "--count", "0")[0] == 2
+    assert "exactly one of" in capsys.readouterr().err
 
 
 def test_console_script_entry_point_resolves() -> None:
@@ -177,5 +192,3 @@ def test_python_m_without_watch_shows_usage() -> None:
     assert done.returncode == 2 and "watch" in done.stderr
 
 
-def test_cli_test_helper_sees_no_stray_children() -> None:
-    assert all(p.name() != "exmcp-watch" for p in psutil.Process().children())
