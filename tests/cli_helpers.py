@@ -35,6 +35,7 @@ def run_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[st
     """Run ``python -m exmcp_actors watch ARGS`` to the end."""
     return subprocess.run(
         [sys.executable, "-m", "exmcp_actors", "watch", *args],
+        check=False,
         cwd=ROOT,
         env=cli_env(),
         capture_output=True,
@@ -69,7 +70,9 @@ class Cli:
             self._queue.put(json.loads(raw))
         self._queue.put(None)
 
-    def wait_line(self, predicate: Callable[[dict[str, Any]], bool], what: str, timeout: float = WAIT) -> dict[str, Any]:
+    def wait_line(
+        self, predicate: Callable[[dict[str, Any]], bool], what: str, timeout: float = WAIT
+    ) -> dict[str, Any]:
         """The next line matching ``predicate`` (earlier ones are kept in ``lines``)."""
         deadline = time.monotonic() + timeout
         while True:

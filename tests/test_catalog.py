@@ -1,4 +1,4 @@
-"""client.catalog(): the live catalog, against the real SDK peer (both eras, a reconnect) and the FakeServer (a burst)."""
+"""client.catalog(): against the real SDK peer (both eras, a reconnect) and the FakeServer (a burst)."""
 
 from __future__ import annotations
 

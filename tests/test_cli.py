@@ -187,8 +187,12 @@ def test_python_m_without_watch_shows_usage() -> None:
     from tests.cli_helpers import cli_env
 
     done = subprocess.run(
-        [sys.executable, "-m", "exmcp_actors"], cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "exmcp_actors"],
+        check=False,
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert done.returncode == 2 and "watch" in done.stderr
-
-

@@ -48,7 +48,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=BOUND, stdin=subprocess.DEVNULL
+        argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=BOUND, stdin=subprocess.DEVNULL
     )
 
 
