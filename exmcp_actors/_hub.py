@@ -155,14 +155,24 @@ class Hub:
         def start(spec: ServerSpec) -> Client:
             return connect(spec.transport(), name=spec.name, **connect_options)
 
-        with ThreadPoolExecutor(max_workers=min(16, len(specs)), thread_name_prefix="exmcp-hub-connect") as pool:
-            futures = {name: pool.submit(start, spec) for name, spec in specs.items()}
+        pool = ThreadPoolExecutor(max_workers=min(16, len(specs)), thread_name_prefix="exmcp-hub-connect")
+        futures = {name: pool.submit(start, spec) for name, spec in specs.items()}
+        try:
             for name, future in futures.items():
                 try:
                     clients[name] = future.result()
                 except (Error, ValueError, OSError) as exc:
                     logger.info("hub: server %r failed to connect: %s", name, exc)
                     errors[name] = exc
+        except BaseException:
+            # Interrupted (Ctrl-C): no server process outlives us, connected or still connecting.
+            pool.shutdown(wait=True, cancel_futures=True)
+            for future in futures.values():
+                if not future.cancelled() and future.exception() is None:
+                    future.result().disconnect(timeout=2.0)
+            raise
+        finally:
+            pool.shutdown(wait=True)
         return cls(clients, errors, specs)
 
     def watch(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> HubWatch:
