@@ -164,7 +164,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         hub = Hub.from_config(
             config,
             protocol=args.era,
-            backoff=Backoff(initial=0.2, factor=2.0, maximum=5.0, jitter=0.2),
+            backoff=Backoff(initial=0.2, factor=2.0, maximum=2.0, jitter=0.2),  # a watcher wants the server back soon
         )
         for name, error in hub.errors.items():
             print(f"{PROG}: cannot connect to {name}: {error}", file=err, flush=True)
