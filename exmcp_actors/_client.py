@@ -14,6 +14,7 @@ import pykka
 
 from ._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from ._calls import ServerCalls, check_timeout
+from ._catalog import CatalogCalls
 from ._client_actor import Disconnect, InspectClient, SharedState
 from ._handle import FilteredHandle, Handle
 from ._inbox import Inbox
@@ -44,7 +45,7 @@ def remaining(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
 
-class Client(ServerCalls):
+class Client(ServerCalls, CatalogCalls):
     """A connection to one MCP server. Thread-safe: call it from any thread.
 
     Create it with :func:`connect`. Every blocking call takes ``timeout=`` in seconds.

@@ -46,6 +46,14 @@ class Handle:
         """
         return self._require_inbox().get(timeout)
 
+    def get_nowait(self) -> Any:
+        """The next message if one is waiting, without blocking.
+
+        Raises:
+            queue.Empty: the inbox is empty (or the handle ended and its inbox is drained).
+        """
+        return self._require_inbox().get(0)
+
     def pending(self) -> int:
         """How many messages wait in the inbox."""
         return len(self._require_inbox())
