@@ -23,6 +23,8 @@ from ._transport._base import Transport
 
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": "0.1.0"}
 _client_numbers = itertools.count(1)
+#: How long connect() waits past connect_timeout for the client actor to report the outcome.
+_SHELL_GRACE = 2.0
 
 
 def make_transport(transport: Any) -> Transport:
@@ -59,7 +61,7 @@ def connect(
     request_timeout: float = 30.0,
     client_info: dict[str, Any] | None = None,
     *,
-    connect_timeout: float = 10.0,
+    connect_timeout: float = 30.0,
     probe_timeout: float = 3.0,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
@@ -73,7 +75,9 @@ def connect(
         backoff: delays between attempts.
         request_timeout: default seconds for each request.
         client_info: ``{"name": ..., "version": ...}`` sent to the server.
-        connect_timeout: seconds for opening the transport and the whole handshake.
+        connect_timeout: seconds the whole ``connect()`` may take (opening the transport, the probe and
+            the handshake); after a loss, each stage of a reconnect (opening, the handshake,
+            resubscribing, re-listening) gets as long again, else the attempt counts as failed.
         probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
 
     Raises:
@@ -91,6 +95,7 @@ def connect(
         raise TypeError(f"backoff must be a Backoff, got {type(backoff).__name__}")
     if client_info is not None and not (isinstance(client_info, dict) and isinstance(client_info.get("name"), str)):
         raise ValueError(f"client_info must be a dict with a 'name' string, got {client_info!r}")
+    connect_wait = check_timeout("connect_timeout", connect_timeout)
     session = SessionConfig(
         mode=protocol,
         reconnect=bool(reconnect),
@@ -98,8 +103,9 @@ def connect(
         backoff=backoff or Backoff(),
         probe_timeout=check_timeout("probe_timeout", probe_timeout),
         client_info=dict(client_info or DEFAULT_CLIENT_INFO),
+        stage_timeout=connect_wait,
     )
-    config = Config(make_transport(transport), check_timeout("connect_timeout", connect_timeout), session)
+    config = Config(make_transport(transport), connect_wait, session)
     request_wait = check_timeout("request_timeout", request_timeout)
     name = f"c{next(_client_numbers)}"
     shared = SharedState()
@@ -107,14 +113,18 @@ def connect(
     ref = ClientActor.start(config, shared, ids, name)
     client = Client(ref, shared, ids, request_wait, name)
     # The worker's wire calls go out through the client like any other request.
-    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread)
+    worker = RefcountWorker.start(client, ref, shared.adopt_current_thread)
     client._worker = worker
     ref.tell(Start(worker, client._snapshot))
-    # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
-    deadline = config.connect_timeout * 2 + session.probe_timeout + 1.0
-    if not shared.ready.wait(deadline):
+    # The session's own deadline ends the connect at connect_timeout, naming the stage that ran
+    # out; this wait only guards against a shell too busy to report it.
+    if not shared.ready.wait(connect_wait + _SHELL_GRACE):
         client.disconnect()
-        raise ConnectError(f"no connection to {config.transport.describe()} within {deadline:.1f}s", reason="timeout")
+        raise ConnectError(
+            f"no connection to {config.transport.describe()} within {connect_wait:.1f}s; "
+            "check the server is running and speaks MCP, or raise connect_timeout",
+            reason="timeout",
+        )
     if shared.connect_error is not None:
         client._wait_stopped(config.connect_timeout + 1.0)
         error = shared.connect_error

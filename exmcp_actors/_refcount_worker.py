@@ -10,9 +10,10 @@ slow ``resources/subscribe`` never stalls delivery.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
@@ -22,8 +23,18 @@ from ._protocol._refcount import RefcountBook
 
 logger = logging.getLogger("exmcp_actors")
 
-#: ``request(method, params) -> result``; raises the library's errors.
-WireRequest = Callable[[str, dict[str, Any]], Any]
+#: Seconds a resubscription's wire calls may take when the session names no timeout.
+RESUBSCRIBE_TIMEOUT = 30.0
+
+
+class Wire(Protocol):
+    """The client's requests, as the worker uses them (see ``_calls.ServerCalls``)."""
+
+    def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
+
+    def _send_request(self, method: str, params: dict[str, Any] | None) -> Any: ...
+
+    def _await_request(self, pending: Any, wait: float) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +47,10 @@ class RefcountWorker(pykka.ThreadingActor):
 
     use_daemon_thread = True
 
-    def __init__(self, request: WireRequest, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
+    def __init__(self, wire: Wire, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
         super().__init__()
-        self._request = request
+        self._wire = wire
+        self._request = wire.request
         self._client_ref = client_ref
         self._book = RefcountBook()
         self._on_thread = on_thread
@@ -52,7 +64,7 @@ class RefcountWorker(pykka.ThreadingActor):
         if isinstance(message, Release):
             self._release_uris(self._book.forget(message.listener_id))
         elif isinstance(message, Resubscribe):
-            self._resubscribe(message.generation)
+            self._resubscribe(message.generation, message.timeout or RESUBSCRIBE_TIMEOUT)
         elif isinstance(message, Reset):
             self._book = RefcountBook()
         elif isinstance(message, Inspect):
@@ -92,12 +104,23 @@ class RefcountWorker(pykka.ThreadingActor):
                     # The server keeps nothing we can fix from here; the count is already gone.
                     logger.warning("resources/unsubscribe %s failed: %s", uri, error)
 
-    def _resubscribe(self, generation: int) -> None:
+    def _resubscribe(self, generation: int, timeout: float) -> None:
+        """Subscribe every held URI again. The calls are all in flight at once and share one
+        deadline, so a slow URI costs the report at most ``timeout``, not ``timeout`` per URI."""
         resubscribed: set[str] = set()
         failed: dict[str, Any] = {}
+        wire = self._wire
+        sent: list[tuple[str, Any]] = []
         for uri in self._book.held_uris():
             try:
-                self._request("resources/subscribe", {"uri": uri})
+                sent.append((uri, wire._send_request("resources/subscribe", {"uri": uri})))
+            except Error as error:
+                self._book.mark_lost(uri)
+                failed[uri] = error_term(error)
+        deadline = time.monotonic() + timeout
+        for uri, pending in sent:
+            try:
+                wire._await_request(pending, deadline - time.monotonic())
             except Error as error:
                 self._book.mark_lost(uri)
                 failed[uri] = error_term(error)

@@ -44,6 +44,8 @@ class SessionConfig:
     backoff: Backoff
     probe_timeout: float
     client_info: dict[str, Any]
+    #: Seconds each stage of a connect or reconnect may take (see ``_stages``).
+    stage_timeout: float = 10.0
 
 
 class Session:
@@ -255,6 +257,7 @@ class Session:
             logger.debug("%s: discarding a stale resubscribe report", self.name)
             return
         self.listeners.resume(report)
+        self.life.resubscribed()
 
     def _relisten(self, message: ev.Relisten) -> None:
         self.subscriptions.relisten(message, self.ready and self.era == "modern")
@@ -271,6 +274,7 @@ class Session:
             ev.Lost: life.lost,
             ev.SendFailed: self._send_failed,
             ev.ProbeTimeout: life.probe_timeout,
+            ev.StageTimeout: life.stage_timeout,
             ev.SendRequest: self._send_request,
             ev.CancelRequest: self._cancel_request,
             ev.RegisterListener: self._register_listener,
