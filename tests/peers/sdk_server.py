@@ -5,7 +5,7 @@ Run it as::
     python -m tests.peers.sdk_server --transport stdio|ws|http [--port N] [--era both|legacy]
                                      [--silent-probe] [--refuse-subscribe URI]... [--subscribe-delay URI=SECONDS]...
                                      [--event-store] [--retry-ms MS] [--listen-buffer N]
-                                     [--unknown-session-400]
+                                     [--unknown-session-400] [--bind-on-stdin]
 
 or by path (``python tests/peers/sdk_server.py ...``), which works from any cwd.
 
@@ -888,6 +888,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="http: answer an unknown session id with 400 (as the Python SDK 1.x does), not 404",
     )
+    p.add_argument(
+        "--bind-on-stdin",
+        action="store_true",
+        help="ws/http: import everything, print WARM, then bind and serve once a line arrives on stdin",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -917,8 +922,16 @@ def main(argv: list[str] | None = None) -> int:
         # blocked in read(); don't let it keep a stopped peer alive.
         os._exit(0)
 
-    sock = bind_socket(args.port)
     app = build_app(server, state, args)
+    if args.bind_on_stdin:
+        # A warm standby: everything is imported; it binds the port only when told to, so a
+        # test can bring a "restarted" server back within milliseconds.
+        import uvicorn  # noqa: F401
+
+        print("WARM", flush=True)
+        if not sys.stdin.readline():
+            return 0
+    sock = bind_socket(args.port)
     try:
         anyio.run(run_uvicorn, app, sock)
     except KeyboardInterrupt:
