@@ -10,9 +10,9 @@ long one (``EXMCP_SOAK_ROUNDS`` kills per transport, 25 by default).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors.testing._process import stop_process, wait_for_listening
-from tests.peers.launch import READY_TIMEOUT, ROOT, peer_argv
+from tests.peers.launch import WarmPeer, peer_argv
 from tests.sdk_helpers import (
     FAST_BACKOFF,
     RESOURCE_UPDATED,
@@ -43,66 +42,38 @@ EXPECTED = (mcp.NotConnected, mcp.ConnectionLost, mcp.RequestTimeout, mcp.Subscr
 
 
 class Chaos:
-    """One client against one SDK peer it can kill at will.
-
-    ws/http: the next server waits warm (imported, not yet bound), so bringing the server back
-    on the same port takes milliseconds instead of a cold interpreter's seconds.
-    """
+    """One client against one SDK peer it can kill at will (ws/http: a warm standby comes back)."""
 
     def __init__(self, kind: str, seed: int) -> None:
         self.kind = kind
         self.rng = random.Random(seed)
-        self.running: subprocess.Popen[bytes] | None = None
-        self.standby: subprocess.Popen[bytes] | None = None
-        self.port = 0
+        self.peer: WarmPeer | None = None
         if kind == "stdio":
             # The client spawns a fresh server process on every reconnect.
             inner: mcp.Transport = mcp.StdioTransport(peer_argv("stdio", "legacy"))
         else:
-            self.standby = self._warm()
-            self.bring_back()
-            path = "/" if kind == "ws" else "/mcp"
-            url = f"{kind}://127.0.0.1:{self.port}{path}"
+            self.peer = WarmPeer(kind, "legacy").start()
+            url = self.peer.url
             inner = mcp.WebSocketTransport(url) if kind == "ws" else mcp.HttpTransport(url)
         self.tap = TapTransport(inner)
         self.client = mcp.connect(self.tap, protocol="legacy", backoff=FAST_BACKOFF, max_reconnect_attempts=1000)
 
-    def _warm(self) -> subprocess.Popen[bytes]:
-        argv = peer_argv(self.kind, "legacy", self.port, ["--bind-on-stdin"])
-        return subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
     def kill(self) -> None:
         """SIGKILL the server: no close frame, no final answers, every session gone."""
-        if self.kind == "stdio":
-            pid = self.tap.pid
-            if pid is not None:
+        if self.peer is not None:
+            self.peer.kill()
+        elif (pid := self.tap.pid) is not None:
+            with contextlib.suppress(ProcessLookupError):  # it died already (killed a moment ago)
                 kill_pid(pid)
-        elif self.running is not None:
-            self.running.kill()
-            self.running.wait(WAIT)
 
     def bring_back(self) -> None:
-        """ws/http: the warm standby binds the same port; a new standby warms up meanwhile."""
-        if self.kind == "stdio" or (self.running is not None and self.running.poll() is None):
-            return
-        standby = self.standby
-        assert standby is not None and standby.stdin is not None
-        standby.stdin.write(b"go\n")
-        standby.stdin.flush()
-        port = wait_for_listening(standby, READY_TIMEOUT)
-        assert port is not None, f"the standby peer did not listen (rc={standby.poll()})"
-        self.port, self.running = port, standby
-        self.standby = self._warm()
+        if self.peer is not None:
+            self.peer.start()
 
     def close(self) -> None:
         self.client.disconnect()
-        for proc in (self.running, self.standby):
-            if proc is not None:
-                if proc.stdin is not None:
-                    proc.stdin.close()
-                stop_process(proc, WAIT)
-                if proc.stdout is not None:
-                    proc.stdout.close()
+        if self.peer is not None:
+            self.peer.stop()
 
 
 @pytest.fixture(params=["stdio", "ws", "http"])

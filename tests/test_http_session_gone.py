@@ -19,7 +19,7 @@ from test_transport_http import start_legacy_session
 
 import exmcp_actors as mcp
 from exmcp_actors._transport.http import HttpTransport
-from tests.peers.launch import Peer
+from tests.peers.launch import WarmPeer
 from tests.sdk_helpers import (
     FAST_BACKOFF,
     RESOURCE_UPDATED,
@@ -97,14 +97,15 @@ def test_a_get_stream_that_worked_and_cannot_be_reopened_reports_the_loss(fake_l
 
 def test_an_sdk_server_answering_400_after_a_restart_ends_in_a_new_session_and_reconnected() -> None:
     # (The plain SDK server's 404 after a restart is covered by the chaos test over HTTP.)
-    peer = Peer("http", "legacy", ("--unknown-session-400",)).start()
+    peer = WarmPeer("http", "legacy", ["--unknown-session-400"]).start()
     client = None
     try:
         client = mcp.connect(peer.url, backoff=FAST_BACKOFF, max_reconnect_attempts=60)
         assert client.era == "legacy"
         listener = client.subscribe_notifications({"resourceSubscriptions": [URI_A]}, timeout=WAIT)
         # The restart forgets every session; the client is idle: only its GET stream can notice.
-        peer.restart()
+        peer.kill()
+        peer.start()  # on the same port
         reconnected = next_message(listener, 3 * WAIT)
         assert isinstance(reconnected, mcp.Reconnected), reconnected
         assert reconnected.report == {"resubscribed": [URI_A], "failed": []}
