@@ -18,7 +18,7 @@ from ._protocol._errors import ConnectError
 from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
-from ._refcount_worker import RefcountWorker
+from ._refcount_worker import RefcountWorker, SharedBook
 from ._transport._base import Transport
 
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": "0.1.0"}
@@ -113,8 +113,9 @@ def connect(
     ref = ClientActor.start(config, shared, ids, name)
     client = Client(ref, shared, ids, request_wait, name)
     # The worker's wire calls go out through the client like any other request.
-    worker = RefcountWorker.start(client, ref, shared.adopt_current_thread)
-    client._worker = worker
+    book = SharedBook()
+    worker = RefcountWorker.start(client, ref, shared.adopt_current_thread, book)
+    client._worker, client._book = worker, book
     ref.tell(Start(worker, client._snapshot))
     # The session's own deadline ends the connect at connect_timeout, naming the stage that ran
     # out; this wait only guards against a shell too busy to report it.
