@@ -18,7 +18,6 @@ import collections
 import logging
 import os
 import select
-import shlex
 import signal
 import subprocess
 import threading
@@ -43,6 +42,16 @@ _EXIT_CODE_WAIT: Final = 1.0
 _STDERR_DRAIN_WAIT: Final = 0.5
 #: In close(), how long the writer may take to flush and close stdin.
 _FLUSH_WAIT: Final = 0.5
+#: What a child inherits by default, as in the official MCP SDKs (``get_default_environment``):
+#: enough to find programs and a home, nothing that may hold a secret.
+DEFAULT_INHERITED_ENV_VARS: Final = (
+    (
+        *("APPDATA", "HOMEDRIVE", "HOMEPATH", "LOCALAPPDATA", "PATH", "PATHEXT", "PROCESSOR_ARCHITECTURE"),
+        *("PROGRAMFILES", "SYSTEMDRIVE", "SYSTEMROOT", "TEMP", "USERNAME", "USERPROFILE"),
+    )
+    if os.name == "nt"
+    else ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+)
 _INTERPRETERS: Final = frozenset(
     {
         "python",
@@ -71,6 +80,23 @@ def _default_name(argv: Sequence[str]) -> str:
             if not arg.startswith("-"):
                 return f"{program} {os.path.basename(arg)}"
     return program
+
+
+def _argv_text(argv: Sequence[str]) -> str:
+    """The program and how many arguments follow: arguments may hold secrets (tokens, keys)."""
+    extra = len(argv) - 1
+    return argv[0] + (f" (+{extra} argument{'s' if extra != 1 else ''})" if extra else "")
+
+
+def default_environment() -> dict[str, str]:
+    """The allow-listed part of this process's environment (see ``DEFAULT_INHERITED_ENV_VARS``)."""
+    env: dict[str, str] = {}
+    for key in DEFAULT_INHERITED_ENV_VARS:
+        value = os.environ.get(key)
+        # "()..." is an exported shell function (the Shellshock vector): never passed on.
+        if value is not None and not value.startswith("()"):
+            env[key] = value
+    return env
 
 
 def _exit_text(returncode: int | None) -> str:
@@ -137,8 +163,13 @@ class StdioTransport(Transport):
 
     Args:
         argv: the command line, e.g. ``["python", "server.py"]``.
-        env: extra environment variables, laid over this process's
-            environment (``None``: inherit it unchanged).
+        env: environment variables for the child, laid over the inherited
+            ones (a value may override an inherited one).
+        inherit_env: pass the child this process's whole environment. By
+            default it inherits only ``DEFAULT_INHERITED_ENV_VARS`` (``HOME``,
+            ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``; their
+            equivalents on Windows), as the official MCP SDKs do, so that
+            secrets in the host's environment do not leak to a server.
         cwd: working directory of the child.
         max_frame_bytes: longest accepted line; a longer one becomes a single
             InvalidFrame and is skipped without being buffered.
@@ -159,6 +190,7 @@ class StdioTransport(Transport):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         *,
+        inherit_env: bool = False,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         stop_timeout: float = 2.0,
         startup_grace: float = 0.05,
@@ -168,6 +200,7 @@ class StdioTransport(Transport):
             raise ValueError("argv must be a non-empty list of strings")
         self.argv = list(argv)
         self.env = dict(env) if env is not None else None
+        self.inherit_env = inherit_env
         self.cwd = cwd
         self.max_frame_bytes = max_frame_bytes
         self.stop_timeout = stop_timeout
@@ -204,7 +237,7 @@ class StdioTransport(Transport):
         return f"stdio {self.name}"
 
     def __repr__(self) -> str:
-        return f"StdioTransport({shlex.join(self.argv)!r})"
+        return f"StdioTransport({_argv_text(self.argv)!r})"
 
 
 class _StdioConnection:
@@ -224,7 +257,7 @@ class _StdioConnection:
 
     def start(self, timeout: float) -> None:
         t = self.t
-        env = None if t.env is None else {**os.environ, **t.env}
+        env = {**(os.environ if t.inherit_env else default_environment()), **(t.env or {})}
         try:
             self.proc = subprocess.Popen(
                 t.argv,
@@ -236,7 +269,7 @@ class _StdioConnection:
                 cwd=t.cwd,
             )
         except (OSError, ValueError) as exc:
-            raise TransportError(f"{self.label}: cannot start {shlex.join(t.argv)!r}: {exc}") from exc
+            raise TransportError(f"{self.label}: cannot start {_argv_text(t.argv)!r}: {exc}") from exc
         try:
             self._start_threads(timeout)
         except BaseException:
@@ -260,7 +293,7 @@ class _StdioConnection:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self.label = f"{t.describe()} [pid {proc.pid}]"
         self.latch.name = self.label
-        logger.debug("%s: started %s", self.label, shlex.join(t.argv))
+        logger.debug("%s: started %s", self.label, _argv_text(t.argv))
 
         pidfd = _open_pidfd(proc.pid)
         stderr_pidfd = os.dup(pidfd) if pidfd is not None else None
