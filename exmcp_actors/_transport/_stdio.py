@@ -27,6 +27,7 @@ from typing import Any, Final
 from .._protocol._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
+from ._watchdog import WATCHDOG
 
 logger = logging.getLogger("exmcp_actors.transport")
 #: The child's stderr, one INFO record per line, prefixed with the server's name.
@@ -267,17 +268,24 @@ class _StdioConnection:
                 bufsize=0,
                 env=env,
                 cwd=t.cwd,
+                # Its own group: signals reach its children too, a terminal's Ctrl-C
+                # leaves it to us, and the watchdog can end the group if we die.
+                process_group=0 if WATCHDOG is not None else None,
             )
         except (OSError, ValueError) as exc:
             raise TransportError(f"{self.label}: cannot start {_argv_text(t.argv)!r}: {exc}") from exc
+        if WATCHDOG is not None:
+            WATCHDOG.watch(self.proc.pid)
         try:
             self._start_threads(timeout)
         except BaseException:
             # Never leave a process or a thread behind a failed open().
             self.latch.close()
             if self.proc.poll() is None:
-                self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait()
+            if WATCHDOG is not None:
+                WATCHDOG.release(self.proc.pid)
             if self.writer is not None:
                 self.writer.stop()
                 join_thread(self.writer.thread, _FLUSH_WAIT, self.label)
@@ -347,7 +355,7 @@ class _StdioConnection:
             join_thread(self.writer.thread, min(_FLUSH_WAIT, timeout))
         if proc.poll() is None:
             try:
-                proc.terminate()
+                self._signal(signal.SIGTERM)
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 logger.warning(
@@ -355,13 +363,15 @@ class _StdioConnection:
                     self.label,
                     timeout,
                 )
-                proc.kill()
+                self._signal(signal.SIGKILL)
                 try:
                     proc.wait(timeout)
                 except subprocess.TimeoutExpired:
                     logger.error("%s: still alive after SIGKILL", self.label)
             except OSError:
                 pass  # already gone
+        if WATCHDOG is not None and proc.returncode is not None:
+            WATCHDOG.release(proc.pid)
         logger.debug("%s: stopped (%s)", self.label, _exit_text(proc.returncode))
         for thread in (
             self.reader,
@@ -369,6 +379,16 @@ class _StdioConnection:
             self.writer.thread if self.writer else None,
         ):
             join_thread(thread, timeout, self.label)
+
+    def _signal(self, sig: int) -> None:
+        """Signal the child's process group (its own children too), or the child alone."""
+        if WATCHDOG is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+                return
+            except OSError:
+                pass  # its group is gone (it may have left it): the child itself
+        self.proc.send_signal(sig)
 
     # -- threads -----------------------------------------------------------
 
