@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers_transport import WAIT, RawWsPeer, RecordingSink, join_exmcp_threads
+from helpers_transport import WAIT, RawWsPeer, RecordingSink, join_exmcp_threads, read_http_head
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import TransportError
@@ -67,14 +67,7 @@ def redirecting_server(location: str) -> Iterator[tuple[str, list[bytes]]]:
             while True:
                 conn, _ = listener.accept()
                 with conn:
-                    conn.settimeout(WAIT)
-                    head = b""
-                    while b"\r\n\r\n" not in head:
-                        chunk = conn.recv(4096)
-                        if not chunk:
-                            break
-                        head += chunk
-                    heads.append(head)
+                    heads.append(read_http_head(conn))
                     conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode())
 
     thread = threading.Thread(target=serve, daemon=True)
