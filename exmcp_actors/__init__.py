@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from . import _redact
 from ._client import Client
 from ._connect import connect
 from ._listener import Listener
@@ -51,6 +52,7 @@ from ._transport._websocket import WebSocketTransport
 from ._transport.http import HttpTransport
 
 logging.getLogger("exmcp_actors").addHandler(logging.NullHandler())
+_redact.install()  # secrets out of our records and our dependencies' (httpx logs request URLs)
 
 __all__ = [
     "LEGACY_VERSIONS",

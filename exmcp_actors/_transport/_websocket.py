@@ -47,6 +47,7 @@ from typing import Any, Final
 import websocket
 
 from .._protocol._errors import TransportError
+from .._redact import redact_url
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
 from ._framing import (
     ConnectionSlot,
@@ -69,16 +70,6 @@ _READ_SIZE: Final = 65536
 
 # Exceptions that mean "this connection is broken" wherever they come from.
 _IO_ERRORS: Final = (websocket.WebSocketException, OSError)
-
-
-def _redact(url: str) -> str:
-    """The URL without credentials, query or fragment (they may hold secrets)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _close_frame_text(data: bytes) -> str:
@@ -126,7 +117,7 @@ class WebSocketTransport(Transport):
     ) -> None:
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("ws", "wss"):
-            raise ValueError(f"not a WebSocket URL (ws:// or wss://): {_redact(url)!r}")
+            raise ValueError(f"not a WebSocket URL (ws:// or wss://): {redact_url(url)!r}")
         for key, value in (headers or {}).items():
             if any(c in f"{key}{value}" for c in "\r\n\0"):
                 raise ValueError(f"header {key!r} holds a line break or NUL")
@@ -170,10 +161,10 @@ class WebSocketTransport(Transport):
 
     def describe(self) -> str:
         """``websocket <url without credentials or query>``."""
-        return f"websocket {_redact(self.url)}"
+        return f"websocket {redact_url(self.url)}"
 
     def __repr__(self) -> str:
-        return f"WebSocketTransport({_redact(self.url)!r})"
+        return f"WebSocketTransport({redact_url(self.url)!r})"
 
 
 class _WsConnection:
@@ -248,7 +239,7 @@ class _WsConnection:
         if isinstance(status, int) and 300 <= status < 400:
             headers = getattr(response, "headers", None) or getattr(exc, "resp_headers", None) or {}
             location = headers.get("location")
-            target = _redact(urllib.parse.urljoin(self.t.url, location)) if location else "nowhere (no Location)"
+            target = redact_url(urllib.parse.urljoin(self.t.url, location)) if location else "nowhere (no Location)"
             return f"the server redirects (HTTP {status}) to {target}; redirects are not followed, use that URL"
         if isinstance(exc, websocket.WebSocketBadStatusException):
             return f"the server refused the WebSocket handshake with HTTP {exc.status_code} {exc.status_message}"
