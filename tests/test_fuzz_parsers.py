@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import struct
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -32,7 +32,7 @@ from exmcp_actors._transport._wsframes import (
 from exmcp_actors._transport.http._sse import SSEParser
 from exmcp_actors.testing import FakeServer
 
-FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMIT = 512
 
 
@@ -54,6 +54,18 @@ def ws_frame(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
     if size < 1 << 16:
         return struct.pack("!BBH", first, 126, size) + payload
     return struct.pack("!BBQ", first, 127, size) + payload
+
+
+def traced(work: Callable[[], object]) -> int:
+    """Bytes allocated by ``work`` and still held when it returns (its own result excluded)."""
+    tracemalloc.start()
+    try:
+        result = work()
+        del result
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return held
 
 
 # -- WebSocket frames ------------------------------------------------------------------------
@@ -110,14 +122,8 @@ def test_ws_tiny_and_empty_fragments_cost_bounded_memory() -> None:
     parser = FrameParser(limit)
     fragment = ws_frame(OP_CONT, b"ab", fin=False) + ws_frame(OP_CONT, b"", fin=False)
     wire = ws_frame(OP_TEXT, b"{", fin=False) + fragment * 10_000  # 60 KB of wire, 20,000 fragments
-    tracemalloc.start()
-    try:
-        events = []
-        for start in range(0, len(wire), 65536):
-            events += parser.feed(wire[start : start + 65536])
-        held, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    events: list[Any] = []
+    held = traced(lambda: [events.extend(parser.feed(wire[i : i + 65536])) for i in range(0, len(wire), 65536)])
     assert events == []  # the message never ended
     assert held < 400_000, held  # was 1.6 MB: about 30 x the wire
     assert parser.held <= MAX_FRAGMENTS * (FRAGMENT_OVERHEAD + 2)
@@ -128,13 +134,7 @@ def test_ws_tiny_and_empty_fragments_cost_bounded_memory() -> None:
 def test_ws_a_trickled_frame_is_held_as_bytes_not_as_objects() -> None:
     parser = FrameParser(1024 * 1024)
     wire = ws_frame(OP_TEXT, b"x" * 200_000)
-    tracemalloc.start()
-    try:
-        for i in range(30_000):  # a byte per read
-            parser.feed(wire[i : i + 1])
-        held, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    held = traced(lambda: [parser.feed(wire[i : i + 1]) for i in range(30_000)])  # a byte per read
     assert held < 3 * 30_000, held  # was about 35 bytes per byte
     assert parser.feed(wire[30_000:]) == [(OP_TEXT, b"x" * 200_000)]
     assert parser.frames == 1
@@ -172,13 +172,7 @@ def test_sse_garbage_never_raises_holds_bounded_bytes_and_the_parser_stays_usabl
 
 def test_sse_many_tiny_data_lines_cost_their_wire_size() -> None:
     parser = SSEParser(4 * 1024 * 1024)
-    tracemalloc.start()
-    try:
-        for _ in range(4):
-            parser.feed(b"data:x\n" * 10_000)  # 280 KB of one event, a line per 7 bytes
-        held, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    held = traced(lambda: [parser.feed(b"data:x\n" * 10_000) for _ in range(4)])  # 280 KB: one event, 40,000 lines
     assert held < 4 * 40_000 + 50_000, held  # two bytes kept per line; was about 50 per line
     assert [len(e.data) for e in parser.feed(b"\n")] == [2 * 40_000 - 1]
 
@@ -208,13 +202,7 @@ def test_stdio_garbage_never_raises_holds_bounded_bytes_and_stays_usable(garbage
 
 def test_stdio_a_trickled_line_is_held_as_bytes_not_as_objects() -> None:
     splitter = LineSplitter(1024 * 1024)
-    tracemalloc.start()
-    try:
-        for _ in range(30_000):
-            splitter.feed(b"x")
-        held, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    held = traced(lambda: [splitter.feed(b"x") for _ in range(30_000)])
     assert held < 3 * 30_000, held  # was about 35 bytes per byte
     assert isinstance(splitter.feed(b"\n")[0], InvalidFrame)
 
@@ -240,7 +228,7 @@ frames = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(frames)
 def test_classify_never_raises_and_every_answer_id_is_a_usable_key(frame: Any) -> None:
     msg = rpc.classify(frame)
