@@ -64,6 +64,11 @@ class Watchdog:
         self._owner = 0  # the pid that started it: a forked host needs its own
         self._broken = False
 
+    @property
+    def pid(self) -> int | None:
+        """The watchdog process, once started (it lives as long as this process)."""
+        return self._proc.pid if self._proc is not None else None
+
     def watch(self, pgid: int) -> None:
         """Kill group ``pgid`` if this process dies before :meth:`release`."""
         self._write(b"+%d\n" % pgid)
