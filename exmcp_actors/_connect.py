@@ -18,7 +18,7 @@ from ._protocol._errors import ConnectError
 from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
-from ._refcount_worker import RefcountWorker
+from ._refcount_worker import RefcountWorker, SharedBook
 from ._shutdown import track
 from ._transport._base import Transport
 
@@ -109,8 +109,9 @@ def connect(
     client = Client(ref, shared, ids, request_wait, name)
     track(client)  # closed at interpreter exit, before the host's threads are joined
     # The worker's wire calls go out through the client like any other request.
-    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread)
-    client._worker = worker
+    book = SharedBook()
+    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread, book)
+    client._worker, client._book = worker, book
     ref.tell(Start(worker, client._snapshot))
     # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
     deadline = config.connect_timeout * 2 + session.probe_timeout + 1.0
