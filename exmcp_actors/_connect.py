@@ -21,6 +21,7 @@ from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
 from ._refcount_worker import RefcountWorker, SharedBook
+from ._shutdown import track
 from ._transport._base import Transport
 from ._version import installed_version
 
@@ -162,6 +163,7 @@ def connect(
     ids = RequestBuilder()
     ref = ClientActor.start(config, shared, ids, name)
     client = Client(ref, shared, ids, request_wait, name)
+    track(client)  # closed at interpreter exit, before the host's threads are joined
     # The worker's wire calls go out through the client like any other request.
     book = SharedBook()
     worker = RefcountWorker.start(client, ref, shared.adopt_current_thread, book)
