@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from ..._protocol._errors import TransportError
+from ..._redact import redact_url
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._config import Config, logger
 from ._link import Link
@@ -66,7 +67,7 @@ class HttpTransport(Transport):
     ) -> None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ValueError(f"not an http(s) URL: {url!r}")
+            raise ValueError(f"not an http(s) URL: {redact_url(url)!r}")
         self.url = url
         self.max_frame_bytes = max_frame_bytes
         self._tls = parsed.scheme == "https"
@@ -82,9 +83,7 @@ class HttpTransport(Transport):
             max_retry_delay=max_retry_delay,
         )
         # Shown in logs and errors: no credentials, no query string.
-        host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-        port = f":{parsed.port}" if parsed.port else ""
-        self._display = f"http {parsed.scheme}://{host}{port}{parsed.path}"
+        self._display = f"http {redact_url(url)}"
         self._lock = threading.Lock()
         self._link: Link | None = None
         # Built on the first open of an https URL and reused: loading the CA
