@@ -94,7 +94,8 @@ class Cli:
         )
 
     def children(self) -> list[psutil.Process]:
-        return psutil.Process(self.proc.pid).children(recursive=True)
+        """The servers it started (the library's stdio watchdog is left out: it is not a server)."""
+        return [p for p in psutil.Process(self.proc.pid).children(recursive=True) if not _is_watchdog(p)]
 
     def interrupt(self) -> tuple[int, float]:
         """SIGINT; returns (exit status, seconds it took to exit)."""
@@ -130,3 +131,10 @@ def wait_gone(processes: list[psutil.Process], timeout: float = 5.0) -> list[psu
     """The processes still alive after ``timeout``."""
     _, alive = psutil.wait_procs(processes, timeout=timeout)
     return alive
+
+
+def _is_watchdog(process: psutil.Process) -> bool:
+    try:
+        return process.cmdline()[1:4] == ["-I", "-S", "-c"]
+    except psutil.Error:
+        return False
