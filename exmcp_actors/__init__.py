@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from ._auth import FileTokenStorage, MemoryTokenStorage, OAuth, TokenStorage
 from ._client import Client
 from ._connect import connect
 from ._listener import Listener
@@ -57,6 +58,10 @@ __all__ = [
     "MODERN_VERSIONS",
     "Backoff",
     "Client",
+    "FileTokenStorage",
+    "MemoryTokenStorage",
+    "OAuth",
+    "TokenStorage",
     "Closed",
     "ConnectError",
     "ConnectionLost",

@@ -10,6 +10,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from ._auth import OAuth
 from ._calls import check_timeout
 from ._client import Client
 from ._client_actor import ClientActor, Config, SharedState, Start
@@ -25,8 +26,12 @@ DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": "0.1.0"}
 _client_numbers = itertools.count(1)
 
 
-def make_transport(transport: Any) -> Transport:
+def make_transport(transport: Any, auth: OAuth | None = None) -> Transport:
     """A Transport from what the host passed: a Transport, a URL string, or an argv list."""
+    if auth is not None and not isinstance(auth, OAuth):
+        raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
+    if auth is not None and not (isinstance(transport, str) and "://" in transport):
+        raise ValueError("auth needs an http(s):// or ws(s):// URL; pass it to the transport you built instead")
     if isinstance(transport, Transport):
         return transport
     if isinstance(transport, str):
@@ -34,11 +39,11 @@ def make_transport(transport: Any) -> Transport:
         if scheme in ("ws", "wss"):
             from ._transport._websocket import WebSocketTransport
 
-            return WebSocketTransport(transport)
+            return WebSocketTransport(transport, auth=auth)
         if scheme in ("http", "https"):
             from ._transport.http import HttpTransport
 
-            return HttpTransport(transport)
+            return HttpTransport(transport, auth=auth)
         raise ValueError(f"unsupported URL scheme {scheme!r} in {transport!r}: use ws://, wss://, http:// or https://")
     if isinstance(transport, Sequence) and transport and all(isinstance(a, str) for a in transport):
         from ._transport._stdio import StdioTransport
@@ -61,6 +66,7 @@ def connect(
     *,
     connect_timeout: float = 10.0,
     probe_timeout: float = 3.0,
+    auth: OAuth | None = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
 
@@ -75,6 +81,9 @@ def connect(
         client_info: ``{"name": ..., "version": ...}`` sent to the server.
         connect_timeout: seconds for opening the transport and the whole handshake.
         probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
+        auth: an :class:`~exmcp_actors.OAuth` for a server that requires authorization (HTTP
+            and WebSocket URLs). An interactive authorization happens inside the connection's
+            first request: give ``connect_timeout`` room for the user.
 
     Raises:
         ConnectError: the transport could not be opened or the handshake failed.
@@ -99,7 +108,7 @@ def connect(
         probe_timeout=check_timeout("probe_timeout", probe_timeout),
         client_info=dict(client_info or DEFAULT_CLIENT_INFO),
     )
-    config = Config(make_transport(transport), check_timeout("connect_timeout", connect_timeout), session)
+    config = Config(make_transport(transport, auth), check_timeout("connect_timeout", connect_timeout), session)
     request_wait = check_timeout("request_timeout", request_timeout)
     name = f"c{next(_client_numbers)}"
     shared = SharedState()

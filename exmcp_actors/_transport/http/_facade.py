@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..._auth import BearerAuth, OAuth
 from ..._protocol._errors import TransportError
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._config import Config, logger
@@ -44,6 +45,8 @@ class HttpTransport(Transport):
             before giving up (then ``transport_lost`` for the GET stream when
             the server is unreachable).
         max_retry_delay: upper bound on a server's ``retry:`` value, seconds.
+        auth: an :class:`~exmcp_actors.OAuth`: its bearer token goes on every
+            request to this URL, and a 401/403 starts its flow (one retry per new token).
 
     Example:
         >>> t = HttpTransport("http://127.0.0.1:8000/mcp", {"Authorization": "Bearer x"})
@@ -63,10 +66,13 @@ class HttpTransport(Transport):
         delete_timeout: float = 2.0,
         reconnect_attempts: int = 3,
         max_retry_delay: float = 30.0,
+        auth: OAuth | None = None,
     ) -> None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"not an http(s) URL: {url!r}")
+        if auth is not None and not isinstance(auth, OAuth):
+            raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
         self.url = url
         self.max_frame_bytes = max_frame_bytes
         self._tls = parsed.scheme == "https"
@@ -80,6 +86,7 @@ class HttpTransport(Transport):
             delete_timeout=delete_timeout,
             reconnect_attempts=max(1, reconnect_attempts),
             max_retry_delay=max_retry_delay,
+            auth=BearerAuth(auth, url) if auth is not None else None,
         )
         # Shown in logs and errors: no credentials, no query string.
         host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
