@@ -30,7 +30,9 @@ def loopback_redirect(redirect_uri: str) -> tuple[str, int, str]:
     parts = urlsplit(redirect_uri)
     host = parts.hostname or ""
     if parts.scheme != "http" or host not in ("127.0.0.1", "localhost", "::1"):
-        raise ValueError(f"redirect_uri must be an http:// loopback URI (127.0.0.1, localhost or [::1]), got {redirect_uri!r}")
+        raise ValueError(
+            f"redirect_uri must be an http:// loopback URI (127.0.0.1, localhost or [::1]), got {redirect_uri!r}"
+        )
     return host, parts.port or 0, parts.path or "/"
 
 
@@ -43,6 +45,10 @@ def free_port(host: str) -> int:
         return port
 
 
+class _Server6(http.server.HTTPServer):
+    address_family = socket.AF_INET6
+
+
 class LoopbackListener:
     """A one-shot HTTP listener on the redirect URI; :meth:`wait` returns the callback URL."""
 
@@ -53,7 +59,7 @@ class LoopbackListener:
         listener = self
 
         class _Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if urlsplit(self.path).path != listener._path:
                     self.send_error(404)
                     return
@@ -69,10 +75,7 @@ class LoopbackListener:
                 # The request line holds the authorization code: never logged.
                 return
 
-        server_class = http.server.HTTPServer
-        if ":" in host:
-            server_class = type("_Server6", (http.server.HTTPServer,), {"address_family": socket.AF_INET6})
-        self._server = server_class((host, port), _Handler)
+        self._server = (_Server6 if ":" in host else http.server.HTTPServer)((host, port), _Handler)
         self.port: int = self._server.server_address[1]
         self._host = host
         self._thread = threading.Thread(target=self._server.serve_forever, name="exmcp-oauth-callback", daemon=True)

@@ -146,7 +146,7 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
     if prm is None:
         # 2025-03-26: the MCP server's origin is the authorization server.
         issuer = _origin(server)
-        metadata = _fetch_as_metadata(http, issuer) or {
+        metadata: dict[str, Any] = _fetch_as_metadata(http, issuer) or {
             "issuer": issuer,
             "authorization_endpoint": f"{issuer}/authorize",
             "token_endpoint": f"{issuer}/token",
@@ -163,14 +163,14 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
     if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
         raise AuthError("the protected resource metadata names no authorization server")
     issuer = servers[0]
-    metadata = _fetch_as_metadata(http, issuer)
-    if metadata is None:
+    found = _fetch_as_metadata(http, issuer)
+    if found is None:
         raise AuthError(f"no authorization server metadata found for {issuer}")
     scopes = prm.get("scopes_supported")
     return Discovery(
         canonical(resource) if isinstance(resource, str) else canonical(server),
         issuer,
-        metadata,
+        found,
         [s for s in scopes if isinstance(s, str)] if isinstance(scopes, list) else [],
     )
 

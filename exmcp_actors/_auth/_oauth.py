@@ -201,13 +201,14 @@ class OAuth:
             found = discover(http, key, params)
             record = self.storage.load(key) or {}
             scope = self._scope(key, found, params, record, status)
-            identity = self._identity(http, found, record)
+            identity = self._identity(http, found, record, scope)
         record.update(
             client=identity.record(),
             issuer=found.issuer,
             token_endpoint=found.endpoint("token_endpoint"),
             resource=found.resource,
         )
+        self.storage.save(key, record)  # a registration is kept even if the grant fails
         tokens = record.get("tokens")
         if status == 401 and isinstance(tokens, dict) and tokens.get("refresh_token"):
             try:
@@ -250,7 +251,9 @@ class OAuth:
             asked.append("offline_access")  # so the server issues a refresh token
         return " ".join(asked) or None
 
-    def _identity(self, http: httpx.Client, found: Discovery, record: dict[str, Any]) -> ClientIdentity:
+    def _identity(
+        self, http: httpx.Client, found: Discovery, record: dict[str, Any], scope: str | None
+    ) -> ClientIdentity:
         supported = found.metadata.get("token_endpoint_auth_methods_supported")
         if self.client_id:
             method = choose_auth_method(supported, bool(self._client_secret), bool(self._private_key_pem))
@@ -267,9 +270,9 @@ class OAuth:
         registration = found.endpoint("registration_endpoint")
         if registration is None:
             raise AuthError("no client_id was given and the authorization server offers no client registration")
-        return self._register(http, registration, supported)
+        return self._register(http, registration, supported, scope)
 
-    def _register(self, http: httpx.Client, endpoint: str, supported: Any) -> ClientIdentity:
+    def _register(self, http: httpx.Client, endpoint: str, supported: Any, scope: str | None) -> ClientIdentity:
         methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
         method = next((m for m in ("client_secret_basic", "client_secret_post", "none") if m in methods), "none")
         interactive = self.grant == "authorization_code"
@@ -280,6 +283,8 @@ class OAuth:
             "response_types": ["code"] if interactive else [],
             "token_endpoint_auth_method": method,
         }
+        if scope:
+            body["scope"] = scope
         try:
             response = http.post(endpoint, json=body)
         except httpx.HTTPError as exc:

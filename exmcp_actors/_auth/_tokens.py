@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
+from authlib.common.errors import AuthlibBaseError as OAuthError
 from authlib.integrations.httpx_client import OAuth2Client
 from authlib.oauth2.rfc7523 import PrivateKeyJWT
+from joserfc.errors import JoseError
 
 from ._discovery import AuthError
 
@@ -59,17 +61,21 @@ def choose_auth_method(supported: Any, has_secret: bool, has_key: bool) -> str:
     return "client_secret_basic"
 
 
-def _algorithm(pem: str, given: str | None) -> str:
-    if given:
-        return given
-    from cryptography.hazmat.primitives.asymmetric import ec
+def _signing_key(pem: str, given: str | None) -> tuple[Any, str]:
+    """The joserfc key of a PEM private key, and the JWS algorithm to use with it."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from joserfc.jwk import ECKey, OKPKey, RSAKey
 
     try:
         key = load_pem_private_key(pem.encode(), password=None)
     except (ValueError, TypeError) as exc:
-        raise AuthError("private_key_pem is not a readable PEM private key") from exc
-    return "ES256" if isinstance(key, ec.EllipticCurvePrivateKey) else "RS256"
+        raise AuthError("private_key_pem is not a readable unencrypted PEM private key") from exc
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return ECKey.import_key(pem), given or "ES256"
+    if isinstance(key, rsa.RSAPrivateKey):
+        return RSAKey.import_key(pem), given or "RS256"
+    return OKPKey.import_key(pem), given or "EdDSA"
 
 
 def request_token(
@@ -87,35 +93,35 @@ def request_token(
     Raises:
         AuthError: the server refused (its ``error`` code is in the text) or could not be reached.
     """
-    secret = identity.private_key_pem if identity.auth_method == "private_key_jwt" else identity.client_secret
+    secret: Any = identity.client_secret
+    method: Any = identity.auth_method
+    if identity.auth_method == "private_key_jwt":
+        assert identity.private_key_pem is not None
+        secret, alg = _signing_key(identity.private_key_pem, identity.signing_algorithm)
+        # The audience is the issuer, as the MCP extension asks. A fresh object
+        # per request: authlib stores the jti it adds in ``claims``.
+        method = PrivateKeyJWT(token_endpoint, claims={"aud": issuer}, alg=alg)
     client = OAuth2Client(
         client_id=identity.client_id,
         client_secret=secret,
-        token_endpoint_auth_method=identity.auth_method,
+        token_endpoint_auth_method=method,
         timeout=timeout,
         verify=verify,
         follow_redirects=False,
     )
     with client:
-        if identity.auth_method == "private_key_jwt":
-            assert identity.private_key_pem is not None
-            # A fresh object per request: authlib stores the jti it adds in ``claims``.
-            # The audience is the issuer (the token endpoint is also accepted by most servers).
-            client.register_client_auth_method(
-                PrivateKeyJWT(
-                    token_endpoint,
-                    claims={"aud": issuer},
-                    alg=_algorithm(identity.private_key_pem, identity.signing_algorithm),
-                )
-            )
         body = {k: v for k, v in params.items() if v is not None}
+        if identity.auth_method == "client_secret_basic":
+            # Also in the body, as RFC 6749 section 4.1.3 allows: some servers (the MCP SDK's) look it up there.
+            body["client_id"] = identity.client_id
         try:
             token = client.fetch_token(token_endpoint, grant_type=grant_type, **body)
         except httpx.HTTPError as exc:
             raise AuthError(f"token request to {token_endpoint} failed: {type(exc).__name__}") from exc
-        except Exception as exc:  # authlib's OAuthError and its parse errors
-            error = getattr(exc, "error", None) or type(exc).__name__
-            raise AuthError(f"the authorization server refused the {grant_type} token request: {error}") from exc
+        except OAuthError as exc:
+            raise AuthError(f"the authorization server refused the {grant_type} token request: {exc.error}") from exc
+        except (ValueError, JoseError) as exc:  # an unusable key or token response
+            raise AuthError(f"the {grant_type} token request failed: {type(exc).__name__}") from exc
     result = dict(token)
     if not isinstance(result.get("access_token"), str):
         raise AuthError("the token response has no access_token")
