@@ -175,10 +175,10 @@ def test_the_token_goes_only_to_its_own_server() -> None:
     storage = mcp.MemoryTokenStorage()
     storage.save("http://a.test/mcp", {"tokens": {"access_token": "tok-a"}})
     auth = BearerAuth(mcp.OAuth(storage=storage, on_authorize=refuse), "http://a.test/mcp")
-    with httpx.Client(transport=httpx.MockTransport(record), auth=auth) as http:
-        http.post("http://a.test/mcp")
-        http.post("http://b.test/mcp")
-        http.post("http://a.test/other")
+    with httpx.Client(transport=httpx.MockTransport(record), auth=auth) as client:
+        client.post("http://a.test/mcp")
+        client.post("http://b.test/mcp")
+        client.post("http://a.test/other")
     assert seen == [("a.test", "Bearer tok-a"), ("b.test", None), ("a.test", None)]
 
 
@@ -196,17 +196,17 @@ def _metadata_server(prm: dict[str, Any] | None, as_metadata: bool = True) -> ht
 
 def test_metadata_for_another_resource_is_refused() -> None:
     prm = {"resource": "http://other.test/mcp", "authorization_servers": ["http://as.test"]}
-    with _metadata_server(prm) as http, pytest.raises(AuthError, match="does not match the server URL"):
-        discover(http, "http://srv.test/mcp", {})
+    with _metadata_server(prm) as client, pytest.raises(AuthError, match="does not match the server URL"):
+        discover(client, "http://srv.test/mcp", {})
     ok = {"resource": "http://srv.test/", "authorization_servers": ["http://as.test"], "scopes_supported": ["a"]}
-    with _metadata_server(ok) as http:
-        found = discover(http, "http://srv.test/mcp", {})
+    with _metadata_server(ok) as client:
+        found = discover(client, "http://srv.test/mcp", {})
     assert (found.issuer, found.scopes_supported) == ("http://as.test", ["a"])
 
 
 def test_a_2025_03_26_server_without_metadata_uses_the_default_endpoints() -> None:
-    with _metadata_server(None, as_metadata=False) as http:
-        found = discover(http, "http://srv.test/mcp", {})
+    with _metadata_server(None, as_metadata=False) as client:
+        found = discover(client, "http://srv.test/mcp", {})
     assert found.resource is None
     assert found.endpoint("authorization_endpoint") == "http://srv.test/authorize"
 
@@ -264,3 +264,22 @@ def test_bad_arguments_are_named() -> None:
         mcp.connect(["python", "server.py"], auth=mcp.OAuth())
     with pytest.raises(TypeError, match="auth must be"):
         mcp.connect("http://127.0.0.1:1/mcp", auth="token")  # type: ignore[arg-type]
+
+
+def test_default_on_authorize_opens_the_browser_and_takes_the_loopback_callback(
+    peer: AuthPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[str] = []
+
+    def browser(url: str) -> bool:
+        # What a browser does: the server redirects to the loopback listener, which answers a page.
+        opened.append(url)
+        location = follow(url)
+        assert location.startswith("http://127.0.0.1:")
+        assert httpx.get(location, timeout=10.0).status_code == 200
+        return True
+
+    monkeypatch.setattr("exmcp_actors._auth._browser.webbrowser.open", browser)
+    with mcp.connect(peer.url, auth=mcp.OAuth(authorize_timeout=10.0), reconnect=False) as client:
+        client.list_tools()
+    assert len(opened) == 1 and peer.provider.issued == [("code", peer.url)]
