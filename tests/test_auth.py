@@ -283,3 +283,20 @@ def test_default_on_authorize_opens_the_browser_and_takes_the_loopback_callback(
     with mcp.connect(peer.url, auth=mcp.OAuth(authorize_timeout=10.0), reconnect=False) as client:
         client.list_tools()
     assert len(opened) == 1 and peer.provider.issued == [("code", peer.url)]
+
+
+def test_metadata_naming_another_issuer_is_refused() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/.well-known/oauth-protected-resource"):
+            return httpx.Response(
+                200, json={"resource": "http://srv.test/mcp", "authorization_servers": ["http://as.test"]}
+            )
+        if request.url.path == "/.well-known/oauth-authorization-server":
+            return httpx.Response(200, json={"issuer": "http://evil.test", "token_endpoint": "http://as.test/t"})
+        return httpx.Response(404)
+
+    with (
+        httpx.Client(transport=httpx.MockTransport(answer)) as client,
+        pytest.raises(AuthError, match="another issuer"),
+    ):
+        discover(client, "http://srv.test/mcp", {})

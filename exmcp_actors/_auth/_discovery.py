@@ -144,7 +144,9 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
         if prm is not None:
             break
     if prm is None:
-        # 2025-03-26: the MCP server's origin is the authorization server.
+        # 2025-03-26: the MCP server's origin is the authorization server. Its
+        # metadata's issuer is not checked: servers of that revision often name
+        # another one (the Python SDK refuses them, and so fails that scenario).
         issuer = _origin(server)
         metadata: dict[str, Any] = _fetch_as_metadata(http, issuer) or {
             "issuer": issuer,
@@ -166,6 +168,10 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
     found = _fetch_as_metadata(http, issuer)
     if found is None:
         raise AuthError(f"no authorization server metadata found for {issuer}")
+    named = found.get("issuer")
+    if isinstance(named, str) and named.rstrip("/") != issuer.rstrip("/"):
+        # RFC 8414 section 3.3: metadata naming another issuer may be a mix-up attack.
+        raise AuthError(f"the authorization server metadata of {issuer} names another issuer, {named!r}")
     scopes = prm.get("scopes_supported")
     return Discovery(
         canonical(resource) if isinstance(resource, str) else canonical(server),

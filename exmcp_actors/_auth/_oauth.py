@@ -22,8 +22,6 @@ from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import httpx
-from authlib.common.security import generate_token
-from authlib.integrations.httpx_client import OAuth2Client
 
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
 from ._discovery import AuthError, Discovery, canonical, discover, parse_challenge
@@ -326,6 +324,9 @@ class OAuth:
         token_endpoint = found.endpoint("token_endpoint")
         if endpoint is None or token_endpoint is None:
             raise AuthError("the authorization server metadata has no authorization_endpoint")
+        from authlib.common.security import generate_token  # on first use: see _tokens.py
+        from authlib.integrations.httpx_client import OAuth2Client
+
         redirect = self._redirect()
         verifier = generate_token(64)
         state = generate_token(32)

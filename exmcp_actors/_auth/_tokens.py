@@ -14,10 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
-from authlib.common.errors import AuthlibBaseError as OAuthError
-from authlib.integrations.httpx_client import OAuth2Client
-from authlib.oauth2.rfc7523 import PrivateKeyJWT
-from joserfc.errors import JoseError
 
 from ._discovery import AuthError
 
@@ -93,6 +89,13 @@ def request_token(
     Raises:
         AuthError: the server refused (its ``error`` code is in the text) or could not be reached.
     """
+    # Imported on first use: authlib costs a noticeable part of a second to import,
+    # which hosts that never meet a protected server should not pay.
+    from authlib.common.errors import AuthlibBaseError as OAuthError
+    from authlib.integrations.httpx_client import OAuth2Client
+    from authlib.oauth2.rfc7523 import PrivateKeyJWT
+    from joserfc.errors import JoseError
+
     secret: Any = identity.client_secret
     method: Any = identity.auth_method
     if identity.auth_method == "private_key_jwt":
