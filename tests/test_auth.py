@@ -300,3 +300,39 @@ def test_metadata_naming_another_issuer_is_refused() -> None:
         pytest.raises(AuthError, match="another issuer"),
     ):
         discover(client, "http://srv.test/mcp", {})
+
+
+def _client(provider: MemoryProvider, client_id: str, secret: str | None, method: str) -> None:
+    from mcp.server.auth.provider import OAuthClientInformationFull
+
+    provider.clients[client_id] = OAuthClientInformationFull(
+        client_id=client_id,
+        client_secret=secret,
+        redirect_uris=None,
+        grant_types=["client_credentials"],
+        token_endpoint_auth_method=method,
+        scope=SCOPE,
+    )
+
+
+def test_client_credentials_with_a_secret(peer: AuthPeer) -> None:
+    _client(peer.provider, "svc", "svc-secret", "client_secret_basic")
+    auth = mcp.OAuth(grant="client_credentials", client_id="svc", client_secret="svc-secret", on_authorize=refuse)
+    with mcp.connect(peer.url, auth=auth) as client:
+        client.list_tools()
+    assert [(c, how) for c, how, _ in peer.app.grants] == [("svc", "client_secret_basic")]
+    assert peer.provider.issued == [("client_credentials", peer.url)]
+
+
+def test_client_credentials_with_private_key_jwt(peer: AuthPeer) -> None:
+    from joserfc.jwk import ECKey
+
+    key = ECKey.generate_key("P-256")
+    peer.app.public_keys["k"] = key
+    _client(peer.provider, "svc-jwt", None, "private_key_jwt")
+    pem = key.as_pem(private=True).decode()
+    auth = mcp.OAuth(grant="client_credentials", client_id="svc-jwt", private_key_pem=pem)
+    with mcp.connect(peer.url, auth=auth) as client:
+        client.list_tools()
+    ((client_id, how, claims),) = peer.app.grants
+    assert (client_id, how, claims["aud"], claims["iss"]) == ("svc-jwt", "private_key_jwt", peer.base, "svc-jwt")

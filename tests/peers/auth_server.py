@@ -1,7 +1,8 @@
 """A real authorization server for the OAuth tests: the MCP Python SDK's own
 auth pieces (``MCPServer`` with ``auth_server_provider``: metadata,
 registration, ``/authorize``, ``/token`` with PKCE checks, protected resource
-metadata, bearer middleware) around an in-memory provider that approves every
+metadata, bearer middleware; the ``client_credentials`` grant, which the SDK
+lacks, is added in front of its ``/token``) around an in-memory provider that approves every
 authorization at once (so an ``on_authorize`` that follows the redirect is
 the whole browser part).
 
@@ -10,14 +11,17 @@ Run in-process by :class:`AuthPeer` (uvicorn on a thread, port 0).
 
 from __future__ import annotations
 
+import base64
 import secrets
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 import uvicorn
+from joserfc import jwt
 from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
@@ -31,6 +35,8 @@ from mcp.server.auth.provider import (
 )
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.server.mcpserver import MCPServer
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 
 SCOPE = "mcp:tools"
 
@@ -131,6 +137,69 @@ class MemoryProvider:
         return self._issue(client.client_id or "", params.scopes or [SCOPE], params.resource, "jwt-bearer")
 
 
+class ClientCredentialsGrant:
+    """ASGI middleware adding the ``client_credentials`` grant to the SDK's ``/token``
+    (which has none): ``client_secret_basic`` against the registered secret, or
+    ``private_key_jwt`` verified with the client's public key (``public_keys``)."""
+
+    def __init__(self, app: Any, provider: MemoryProvider, issuer: str) -> None:
+        self.app = app
+        self.provider = provider
+        self.issuer = issuer
+        #: client_id -> joserfc public key, for private_key_jwt.
+        self.public_keys: dict[str, Any] = {}
+        #: (client_id, how it authenticated, the assertion's claims) per grant.
+        self.grants: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        if form.get("grant_type") != "client_credentials":
+            sent = False
+
+            async def replay() -> Any:
+                nonlocal sent
+                if sent:
+                    return await receive()
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await self.app(scope, replay, send)
+            return
+        answer = self._grant(form, dict(Headers(scope=scope)))
+        await JSONResponse(answer[1], status_code=answer[0])(scope, receive, send)
+
+    def _grant(self, form: dict[str, str], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        claims: dict[str, Any] = {}
+        if "client_assertion" in form:
+            token = jwt.decode(
+                form["client_assertion"], lambda guest: self.public_keys[guest.headers().get("kid", "k")]
+            )
+            claims = dict(token.claims)
+            client_id, how = str(claims.get("sub")), "private_key_jwt"
+            if claims.get("aud") != self.issuer or claims.get("iss") != client_id:
+                return 401, {"error": "invalid_client"}
+        else:
+            user, _, secret = base64.b64decode(headers.get("authorization", "Basic ")[6:]).decode().partition(":")
+            client = self.provider.clients.get(user)
+            if client is None or client.client_secret != secret:
+                return 401, {"error": "invalid_client"}
+            client_id, how = user, "client_secret_basic"
+        self.grants.append((client_id, how, claims))
+        token = self.provider._issue(
+            client_id, form.get("scope", SCOPE).split(), form.get("resource"), "client_credentials"
+        )
+        return 200, token.model_dump(exclude_none=True)
+
+
 class AuthPeer:
     """An SDK MCP server behind the SDK's OAuth pieces, on 127.0.0.1 (port 0), on a thread."""
 
@@ -160,8 +229,8 @@ class AuthPeer:
             """Echo the text."""
             return text
 
-        app = server.streamable_http_app()
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.app = ClientCredentialsGrant(server.streamable_http_app(), self.provider, self.base)
+        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
 
     def __enter__(self) -> AuthPeer:
