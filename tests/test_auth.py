@@ -336,3 +336,14 @@ def test_client_credentials_with_private_key_jwt(peer: AuthPeer) -> None:
         client.list_tools()
     ((client_id, how, claims),) = peer.app.grants
     assert (client_id, how, claims["aud"], claims["iss"]) == ("svc-jwt", "private_key_jwt", peer.base, "svc-jwt")
+
+
+def test_oversized_metadata_is_ignored() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/.well-known/oauth-protected-resource"):
+            return httpx.Response(200, content=b"{" + b" " * 400_000 + b"}")
+        return httpx.Response(404)
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+        found = discover(client, "http://srv.test/mcp", {})
+    assert found.resource is None  # treated as absent: the 2025-03-26 fallback

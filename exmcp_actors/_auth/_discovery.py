@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -92,18 +93,24 @@ class Discovery:
 
 
 def _get_json(http: httpx.Client, url: str) -> dict[str, Any] | None:
-    """A metadata document, or None when there is none at ``url`` (any 4xx, or not JSON)."""
+    """A metadata document, or None when there is none at ``url`` (any 4xx, too large, or not JSON)."""
     try:
-        response = http.get(url, headers={"Accept": "application/json"})
+        with http.stream("GET", url, headers={"Accept": "application/json"}) as response:
+            if response.status_code >= 500:
+                raise AuthError(f"metadata at {_origin(url)} answered HTTP {response.status_code}")
+            if response.status_code != 200:
+                return None
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > _MAX_METADATA_BYTES:  # read no further: bounded memory
+                    logger.warning("metadata at %s is larger than %d bytes: ignored", _origin(url), _MAX_METADATA_BYTES)
+                    return None
     except httpx.HTTPError as exc:
         raise AuthError(f"cannot fetch metadata from {_origin(url)}: {type(exc).__name__}") from exc
-    if response.status_code >= 500:
-        raise AuthError(f"metadata at {url} answered HTTP {response.status_code}")
-    if response.status_code != 200 or len(response.content) > _MAX_METADATA_BYTES:
-        return None
     try:
-        value = response.json()
-    except ValueError:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
