@@ -8,6 +8,9 @@
   ``resources/subscribe`` round trip each) and on one shared URI (refcount
   only), beside raw ``resources/subscribe`` round trips (``readline`` +
   ``json.loads``) and the SDK client's ``subscribe_resource`` on the same server.
+  Goals (issue 14): new URIs >= 1.5x the SDK and >= 0.6x raw; a shared URI
+  >= 30,000/s, shown beside one bare pykka ``ask`` round trip, the least a
+  registration that the client actor answers can cost.
 - Storm: 8 threads register 1,000 listeners on 100 URIs at once; the flood
   server counts the ``resources/subscribe`` it receives (goal: exactly 100),
   then every listener is removed (goal: exactly 100 ``resources/unsubscribe``).
@@ -100,7 +103,7 @@ def memory_and_threads(k: int) -> list[Row]:
             "threads",
             "threads added",
             n2 - n1,
-            note="the liveness watcher stays",
+            note="the shared scheduler may linger 0.5 s",
         ),
         Row(NAME, f"{case}: RSS kept after unsubscribing all", rss3 - rss1, "MB", "RSS added", rss2 - rss1),
     ]
@@ -153,18 +156,42 @@ def registration_rates(n: int) -> list[Row]:
         client.disconnect(timeout=30)
     raw = raw_subscribe_rate(n)
     sdk = sdk_subscribe_rate(n)
+    ask = ask_rate(n)
     say(
         f"{NAME}: registrations/s: new URI {new_uri:,.0f}, shared URI {shared_uri:,.0f}; "
-        f"raw subscribe round trips {raw:,.0f}/s, SDK subscribe_resource {sdk:,.0f}/s"
+        f"raw subscribe round trips {raw:,.0f}/s, SDK subscribe_resource {sdk:,.0f}/s, bare pykka asks {ask:,.0f}/s"
     )
     case = f"sequential registrations, {n:,}"
+    wire, held = (
+        f"{case}: exmcp_actors, new URI each (wire subscribe)",
+        f"{case}: exmcp_actors, one shared URI (no wire)",
+    )
     return [
         Row(NAME, f"{case}: raw resources/subscribe round trips", raw, "/s"),
         Row(NAME, f"{case}: SDK client subscribe_resource", sdk, "/s", "raw round trips", raw),
-        Row(NAME, f"{case}: exmcp_actors, new URI each (wire subscribe)", new_uri, "/s", "raw round trips", raw),
-        Row(NAME, f"{case}: exmcp_actors, new URI each (wire subscribe)", new_uri, "/s", "SDK subscribe_resource", sdk),
-        Row(NAME, f"{case}: exmcp_actors, one shared URI (no wire)", shared_uri, "/s", "raw round trips", raw),
+        Row(NAME, wire, new_uri, "/s", "raw round trips", raw, ">= 0.6x raw", new_uri >= 0.6 * raw),
+        Row(NAME, wire, new_uri, "/s", "SDK subscribe_resource", sdk, ">= 1.5x SDK", new_uri >= 1.5 * sdk),
+        Row(NAME, held, shared_uri, "/s", "raw round trips", raw),
+        Row(NAME, held, shared_uri, "/s", "one bare pykka ask (the floor)", ask, ">= 30,000/s", shared_uri >= 30_000),
     ]
+
+
+def ask_rate(n: int) -> float:
+    """Round trips per second of one ``ask`` to an idle pykka actor: what one hand-off there and back costs."""
+    import pykka
+
+    class Echo(pykka.ThreadingActor):
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    ref = Echo.start()
+    try:
+        started = time.perf_counter()
+        for i in range(n):
+            ref.ask(i, timeout=WAIT)
+        return n / (time.perf_counter() - started)
+    finally:
+        ref.stop()
 
 
 def sequential_storm(listeners: int, uris: int) -> float:

@@ -31,6 +31,7 @@ BENCHMARKS = {
     "dispatch": "benchmarks.bench_dispatch",
     "latency": "benchmarks.bench_latency",
     "cost": "benchmarks.bench_cost",
+    "clients": "benchmarks.bench_clients",
 }
 START = "<!-- results:start (written by python -m benchmarks.run; edits inside are overwritten) -->"
 END = "<!-- results:end -->"

@@ -29,11 +29,16 @@ from ._protocol._events import (
 )
 from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from ._protocol._jsonrpc import RequestBuilder
-from ._refcount_worker import Inspect
+from ._refcount_worker import Inspect, SharedBook
 from ._subscriber_proxy import Subscriber, resolve_subscriber
 from ._subscription import Subscription, Watch
 
 logger = logging.getLogger("exmcp_actors")
+
+
+def remaining(deadline: float) -> float:
+    """What is left of a deadline for a last short step (never less than 0.1 s)."""
+    return max(0.1, deadline - time.monotonic())
 
 
 class Client(ServerCalls):
@@ -55,6 +60,8 @@ class Client(ServerCalls):
         self._ids = ids
         self._request_timeout = request_timeout
         self._worker: pykka.ActorRef[Any] | None = None
+        #: The refcount book the worker shares, for the no-wire shortcuts (set by connect()).
+        self._book: SharedBook | None = None
         self.name = name
 
     # -- state -----------------------------------------------------------------------------
@@ -139,20 +146,49 @@ class Client(ServerCalls):
         deadline = time.monotonic() + wait
         handle, resolved = self._new_handle(flt, subscriber, kind, "legacy")
         handle_id = handle.id
+        uris = flt.uris
+        if not uris or self._held_path(handle_id, uris):
+            # Nothing for the worker (no URIs, or every one held already and taken on this thread):
+            # the client actor registers and activates in one step.
+            self._ask_or_abandon(RegisterListener(handle, kind, flt, resolved, activate=True), handle_id, True, wait)
+            return handle
         try:
-            self._ask(RegisterListener(handle, kind, flt, resolved), wait)
-            if flt.uris:
-                self._acquire(handle_id, flt.uris, resolved.alive, deadline, wait)
-            self._ask(ActivateListener(handle_id), max(0.1, deadline - time.monotonic()))
+            if self._ready_for("legacy"):
+                # The likely case: the URIs first (the worker checks the subscriber before the wire),
+                # then one step on the client actor, which checks again and releases if it refuses.
+                self._acquire(handle_id, uris, resolved.alive, deadline, wait)
+                self._ask(RegisterListener(handle, kind, flt, resolved, activate=True), remaining(deadline))
+            else:
+                # Registered first: the client actor says why it cannot (era, status) before any wire call.
+                self._ask(RegisterListener(handle, kind, flt, resolved), wait)
+                self._acquire(handle_id, uris, resolved.alive, deadline, wait)
+                self._ask(ActivateListener(handle_id), remaining(deadline))
         except BaseException:
             # Whatever failed, and even if a timed-out ask is still queued: the abandon is queued
             # behind it on the client, the release behind any acquisition on the worker, so
             # nothing of this registration survives (both are no-ops when there is nothing left).
             self._tell(AbandonListener(handle_id))
-            if flt.uris:
-                self._release_on_worker(handle_id)
+            self._release_on_worker(handle_id)
             raise
         return handle
+
+    def _held_path(self, handle_id: Any, uris: tuple[str, ...]) -> bool:
+        """Take every URI on this thread if all are held already (see ``_refcount_worker``)."""
+        return self._ready_for("legacy") and self._book is not None and self._book.take_held(handle_id, uris)
+
+    def _ready_for(self, era: str) -> bool:
+        """A hint only (the client actor decides): the client looked ready in ``era`` just now."""
+        shared = self._shared
+        return shared.status == "ready" and shared.era == era
+
+    def _ask_or_abandon(self, message: Any, handle_id: Any, release: bool, wait: float) -> None:
+        try:
+            self._ask(message, wait)
+        except BaseException:
+            self._tell(AbandonListener(handle_id))  # queued behind the ask, if that is still queued
+            if release:
+                self._release_on_worker(handle_id)  # a no-op when it holds nothing
+            raise
 
     def _acquire(self, handle_id: Any, uris: tuple[str, ...], alive: Any, deadline: float, wait: float) -> None:
         worker = self._worker
@@ -204,6 +240,8 @@ class Client(ServerCalls):
             self._release_on_worker(handle.id)
             raise
         handle._finish()
+        if self._book is not None and self._book.release_held(handle.id):
+            return  # every URI keeps another holder: nothing for the wire, so no trip to the worker
         if self._worker is not None:
             # Waits for the wire unsubscribe, so it is done when this returns; a handle that
             # holds no URIs (categories only, or modern) makes this a no-op on the worker.

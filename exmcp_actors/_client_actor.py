@@ -32,6 +32,7 @@ from ._protocol._index import ListenerIndex
 from ._protocol._jsonrpc import Frame, RequestBuilder
 from ._protocol._session import Session, SessionConfig
 from ._protocol._state import Phase
+from ._scheduler import TimerHandle, call_later
 from ._subscriber_proxy import LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy
 from ._transport._base import Transport
 
@@ -134,7 +135,7 @@ class ClientActor(pykka.ThreadingActor):
         #: Readers deliver plain notifications through it; the session changes the index under its lock.
         self.lane = DeliveryLane(ListenerIndex())
         self.session = Session(config.session, ids, self.lane, name)
-        self.watcher = LivenessWatcher(f"exmcp-liveness-{name}", shared.adopt)
+        self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
         self.worker: pykka.ActorRef[Any] | None = None
         self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
         self.retiring: list[Any] = []
@@ -142,7 +143,8 @@ class ClientActor(pykka.ThreadingActor):
         self.stopping = threading.Event()
         self.transport_lock = threading.Lock()
         self.connector: threading.Thread | None = None
-        self.timers: set[threading.Timer] = set()
+        #: Armed on the process-wide scheduler; cancelled at shutdown.
+        self.timers: set[TimerHandle] = set()
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -297,16 +299,10 @@ class ClientActor(pykka.ThreadingActor):
             pass
 
     def _arm_timer(self, effect: ev.ArmTimer) -> None:
-        timer = threading.Timer(effect.delay, self._timer_fired, args=(effect.event,))
-        timer.daemon = True
-        timer.name = f"exmcp-timer-{self.name}"
-        self.timers.add(timer)
-        timer.start()
-        self.shared.adopt(timer)
-
-    def _timer_fired(self, event: Any) -> None:
-        self.timers.discard(threading.current_thread())
-        self._tell_self(event)
+        # On the shared scheduler thread, not a thread per timer (issue 14).
+        if len(self.timers) >= 64:  # forget fired ones now and then, so the set stays small
+            self.timers = {t for t in self.timers if not t.done}
+        self.timers.add(call_later(effect.delay, self._tell_self, effect.event))
 
     def _settle(self, effect: ev.Settle) -> None:
         future = effect.future

@@ -19,7 +19,7 @@ from ._protocol._errors import ConnectError
 from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
-from ._refcount_worker import RefcountWorker
+from ._refcount_worker import RefcountWorker, SharedBook
 from ._transport._base import Transport
 
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": "0.1.0"}
@@ -116,8 +116,9 @@ def connect(
     ref = ClientActor.start(config, shared, ids, name)
     client = Client(ref, shared, ids, request_wait, name)
     # The worker's wire calls go out through the client like any other request.
-    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread)
-    client._worker = worker
+    book = SharedBook()
+    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread, book)
+    client._worker, client._book = worker, book
     ref.tell(Start(worker, client._snapshot))
     # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
     deadline = config.connect_timeout * 2 + session.probe_timeout + 1.0

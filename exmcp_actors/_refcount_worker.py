@@ -5,12 +5,22 @@ The bookkeeping is :class:`~exmcp_actors._protocol._refcount.RefcountBook`;
 this actor only adds the wire calls, which go out through the client like any
 other request. Callers wait on this actor, never on the client actor, so a
 slow ``resources/subscribe`` never stalls delivery.
+
+The book sits in a :class:`SharedBook` behind a lock, so that a registration
+on a URI that is already held, and a removal that leaves every URI of its
+listener still held, change the counts on the host's thread without a
+round trip to the worker: neither needs the wire. Everything that does goes
+through the worker, one operation at a time, as before. While the worker is
+on the wire for a URI its count is zero (before a subscribe) or already zero
+(before an unsubscribe), so the host's shortcut never applies to it and the
+host queues behind the worker instead.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,16 +41,56 @@ class Inspect:
     """Counts, held and lost URIs, for tests and diagnostics (ask)."""
 
 
+class SharedBook:
+    """The client's :class:`RefcountBook` and the lock every change of it takes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.book = RefcountBook()
+
+    def take_held(self, listener_id: Hashable, uris: tuple[str, ...]) -> bool:
+        """Take ``uris`` for a listener if every one is held already (no wire call); False otherwise."""
+        with self.lock:
+            book = self.book
+            if not uris or any(book.needs_subscribe(uri) for uri in uris):
+                return False
+            for uri in uris:
+                book.take(uri)
+            book.record(listener_id, uris)
+            return True
+
+    def release_held(self, listener_id: Hashable) -> bool:
+        """Release a listener's URIs if every one keeps another holder (no wire call); False otherwise."""
+        with self.lock:
+            book = self.book
+            uris = book.held_by(listener_id)
+            if not uris:
+                return False
+            for uri in set(uris):
+                if book.count(uri) <= uris.count(uri):
+                    return False
+            for uri in book.forget(listener_id):
+                book.drop(uri)
+            return True
+
+
 class RefcountWorker(pykka.ThreadingActor):
     """Serializes listener subscribe/unsubscribe for one client."""
 
     use_daemon_thread = True
 
-    def __init__(self, request: WireRequest, client_ref: pykka.ActorRef[Any], on_thread: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        request: WireRequest,
+        client_ref: pykka.ActorRef[Any],
+        on_thread: Callable[[], None],
+        shared: SharedBook | None = None,
+    ) -> None:
         super().__init__()
         self._request = request
         self._client_ref = client_ref
-        self._book = RefcountBook()
+        self._shared = shared if shared is not None else SharedBook()
+        self._lock = self._shared.lock
         self._on_thread = on_thread
 
     def on_start(self) -> None:
@@ -50,23 +100,31 @@ class RefcountWorker(pykka.ThreadingActor):
         if isinstance(message, Acquire):
             return self._acquire(message)
         if isinstance(message, Release):
-            self._release_uris(self._book.forget(message.listener_id))
+            with self._lock:
+                uris = self._shared.book.forget(message.listener_id)
+            self._release_uris(uris)
         elif isinstance(message, Resubscribe):
             self._resubscribe(message.generation)
         elif isinstance(message, Reset):
-            self._book = RefcountBook()
+            with self._lock:
+                self._shared.book = RefcountBook()
         elif isinstance(message, Inspect):
-            return {
-                "counts": {uri: self._book.count(uri) for uri in self._book.held_uris()},
-                "lost": sorted(self._book.lost_uris()),
-                "empty": self._book.is_empty(),
-            }
+            with self._lock:
+                book = self._shared.book
+                return {
+                    "counts": {uri: book.count(uri) for uri in book.held_uris()},
+                    "lost": sorted(book.lost_uris()),
+                    "empty": book.is_empty(),
+                }
         return None
 
     def _acquire(self, message: Acquire) -> None:
         taken: list[str] = []
+        shared = self._shared
         for uri in message.uris:
-            if self._book.needs_subscribe(uri):
+            with self._lock:
+                needs_subscribe = shared.book.needs_subscribe(uri)
+            if needs_subscribe:
                 # Checked right before each wire call: a dead subscriber's registration sends nothing more.
                 if not message.alive():
                     self._release_uris(taken)
@@ -76,13 +134,17 @@ class RefcountWorker(pykka.ThreadingActor):
                 except Error as error:
                     self._release_uris(taken)
                     raise SubscribeFailed(uri, error_term(error)) from error
-            self._book.take(uri)
+            with self._lock:
+                shared.book.take(uri)
             taken.append(uri)
-        self._book.record(message.listener_id, taken)
+        with self._lock:
+            shared.book.record(message.listener_id, taken)
 
     def _release_uris(self, uris: tuple[str, ...] | list[str]) -> None:
         for uri in reversed(uris):
-            if self._book.drop(uri):
+            with self._lock:
+                unsubscribe = self._shared.book.drop(uri)
+            if unsubscribe:
                 try:
                     self._request("resources/unsubscribe", {"uri": uri})
                 except NotConnected as error:
@@ -95,14 +157,18 @@ class RefcountWorker(pykka.ThreadingActor):
     def _resubscribe(self, generation: int) -> None:
         resubscribed: set[str] = set()
         failed: dict[str, Any] = {}
-        for uri in self._book.held_uris():
+        with self._lock:
+            held = self._shared.book.held_uris()
+        for uri in held:
             try:
                 self._request("resources/subscribe", {"uri": uri})
             except Error as error:
-                self._book.mark_lost(uri)
+                with self._lock:
+                    self._shared.book.mark_lost(uri)
                 failed[uri] = error_term(error)
             else:
-                self._book.mark_found(uri)
+                with self._lock:
+                    self._shared.book.mark_found(uri)
                 resubscribed.add(uri)
         try:
             self._client_ref.tell(ResubscribeReport(generation, frozenset(resubscribed), failed))

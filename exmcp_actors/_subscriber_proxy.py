@@ -3,15 +3,16 @@
 One :class:`SubscriberProxy` actor per subscriber serializes delivery to it
 (so its messages keep wire order) and, when it stops for any reason, tells
 the client that the subscriber is gone. pykka has no monitors, so a
-:class:`LivenessWatcher` thread per client polls the subscribers' liveness
-(``Thread.is_alive()``, ``ActorRef.is_alive()``) and stops the proxies of
-the dead ones, without waiting for traffic.
+:class:`LivenessWatcher` per client polls the subscribers' liveness
+(``Thread.is_alive()``, ``ActorRef.is_alive()``) on the shared scheduler
+thread and stops the proxies of the dead ones, without waiting for traffic.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pykka
 
 from ._inbox import Inbox, land
+from ._scheduler import TimerSlot
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -154,43 +156,48 @@ class SubscriberProxy(pykka.ThreadingActor):
         self._report_down()
 
 
-class LivenessWatcher:
-    """Polls watched subscribers and stops the proxies of dead ones. One thread per client."""
+def _next_poll() -> float:
+    """Seconds to the next multiple of the interval: every client's poll falls due at the same
+    instant, so the shared scheduler wakes once per interval however many clients watch."""
+    return LIVENESS_INTERVAL - time.monotonic() % LIVENESS_INTERVAL
 
-    def __init__(self, name: str, adopt: Callable[[threading.Thread], None]) -> None:
-        self._adopt = adopt
+
+class LivenessWatcher:
+    """Polls watched subscribers and stops the proxies of dead ones.
+
+    The polls run on the process-wide scheduler (``_scheduler``), and only while
+    something is watched: no thread of its own, and no wake-up with nothing to look at.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
         self._lock = threading.Lock()
         self._watched: dict[Any, tuple[Callable[[], bool], pykka.ActorRef[Any]]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._name = name
+        self._timer = TimerSlot()
 
     def watch(self, key: Any, alive: Callable[[], bool], proxy: pykka.ActorRef[Any]) -> None:
         with self._lock:
             self._watched[key] = (alive, proxy)
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-                self._adopt(self._thread)
+            if not self._timer.armed:
+                self._timer.arm(_next_poll(), self._poll)
 
     def unwatch(self, key: Any) -> None:
         with self._lock:
             self._watched.pop(key, None)
 
-    def _run(self) -> None:
-        while not self._stop.wait(LIVENESS_INTERVAL):
-            with self._lock:
-                dead = [(key, proxy) for key, (alive, proxy) in self._watched.items() if not alive()]
-                for key, _ in dead:
-                    del self._watched[key]
-            for _, proxy in dead:
-                try:
-                    proxy.tell(SubscriberGone())
-                except pykka.ActorDeadError:
-                    pass
+    def _poll(self) -> None:
+        with self._lock:
+            dead = [(key, proxy) for key, (alive, proxy) in self._watched.items() if not alive()]
+            for key, _ in dead:
+                del self._watched[key]
+            # Armed again only while there is something to watch (and once: watch() may have).
+            if self._watched and not self._timer.armed:
+                self._timer.arm(_next_poll(), self._poll)
+        for _, proxy in dead:
+            try:
+                proxy.tell(SubscriberGone())
+            except pykka.ActorDeadError:
+                pass
 
-    def close(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+    def close(self) -> None:
+        self._timer.stop()

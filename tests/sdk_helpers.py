@@ -400,8 +400,15 @@ def assert_nothing_after_closed(handle: Any) -> None:
 # --------------------------------------------------------------------------- leak probes
 
 
+#: The process-wide timer thread (``_scheduler``): no client's own; it ends once idle.
+SHARED_THREADS = ("exmcp-scheduler",)
+
+
 def library_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(LIBRARY_THREAD_PREFIXES)]
+    """Threads of the clients (the shared scheduler thread is none of theirs)."""
+    return [
+        t for t in threading.enumerate() if t.name.startswith(LIBRARY_THREAD_PREFIXES) and t.name not in SHARED_THREADS
+    ]
 
 
 def surviving_library_threads(timeout: float = 0.0) -> list[str]:

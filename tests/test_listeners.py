@@ -553,9 +553,13 @@ def test_wire_subscribes_and_unsubscribes_of_one_client_run_one_at_a_time(
     slow = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [SLOW]}, subscriber=main), "slow")
     server.wait_for("resources/subscribe", uri=SLOW)
     other = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [B]}, subscriber=main), "other")
-    eventually(lambda: actor_state(client)["entries"] == 3, what="both registrations reached the client")
+    # A ready client's registration goes to the worker first, the client actor only once its URIs are held.
+    assert client._worker is not None
+    worker_inbox = client._worker.actor_inbox
+    eventually(lambda: worker_inbox.qsize() == 1, what="the other registration queued on the worker")
     release_c = Call(holder_c.unsubscribe, "release-c")  # its release queues behind the held subscribe
-    eventually(lambda: actor_state(client)["entries"] == 2, what="the C listener was removed")
+    eventually(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
+    eventually(lambda: worker_inbox.qsize() == 2, what="its release queued on the worker")
     # The fake would answer B at once (concurrent handler): if it is not on the wire, nobody sent it.
     with pytest.raises(AssertionError):
         server.wait_for("resources/subscribe", QUIET, uri=B)

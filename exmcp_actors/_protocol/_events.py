@@ -76,12 +76,17 @@ class CancelRequest(NamedTuple):
 
 
 class RegisterListener(NamedTuple):
-    """Step 1 of a legacy registration: the entry exists, not yet delivered to."""
+    """Step 1 of a legacy registration: the entry exists, not yet delivered to.
+
+    With ``activate``, steps 1 and 3 at once: nothing is left for the worker to acquire
+    (no URIs, or every one held already), so the entry is indexed and delivered to now.
+    """
 
     handle: Any
     kind: str
     flt: NotificationFilter
     subscriber: Any
+    activate: bool = False
 
 
 class ActivateListener(NamedTuple):

@@ -211,6 +211,8 @@ class Session:
     def _register_listener(self, message: ev.RegisterListener) -> None:
         self._check_ready("legacy")
         self.listeners.register(message.handle, message.kind, message.flt, message.subscriber)
+        if message.activate:
+            self.listeners.activate(message.handle.id, self.ready, self.status)
 
     def _activate_listener(self, message: ev.ActivateListener) -> None:
         self.listeners.activate(message.listener_id, self.ready, self.status)

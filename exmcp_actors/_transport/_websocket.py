@@ -23,10 +23,11 @@ Threads per connection (all daemons, all ended by ``close()`` or by the loss):
   call (at most ``max_batch_frames`` per call), answers pings;
 - ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one
   thread only because websocket-client sends must be serialised;
-- ``exmcp-ws-heartbeat``: asks for a ping every ``heartbeat_interval``; if no
-  frame at all (pong or other) arrives within ``heartbeat_timeout`` after
-  it, reports the loss and aborts the socket. A peer that falls silent is so
-  detected within ``heartbeat_interval + heartbeat_timeout``.
+- no heartbeat thread: the process-wide scheduler (``_scheduler``) asks for
+  a ping every ``heartbeat_interval``; if no frame at all (pong or other)
+  arrives within ``heartbeat_timeout`` after it, reports the loss and aborts
+  the socket. A peer that falls silent is so detected within
+  ``heartbeat_interval + heartbeat_timeout``.
 
 Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
 servers send JSON in binary frames; anything else becomes an InvalidFrame.
@@ -47,6 +48,7 @@ import websocket
 
 from .._auth import OAuth
 from .._protocol._errors import TransportError
+from .._scheduler import TimerSlot
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
 from ._framing import (
     ConnectionSlot,
@@ -215,9 +217,9 @@ class _WsConnection:
             on_exit=self._writer_exit,
         )
         self.reader = threading.Thread(target=self._read_loop, name="exmcp-ws-reader", daemon=True)
-        self.heartbeat: threading.Thread | None = None
-        if transport.heartbeat_interval:
-            self.heartbeat = threading.Thread(target=self._heartbeat_loop, name="exmcp-ws-heartbeat", daemon=True)
+        #: The next ping or pong check, on the shared scheduler (its own lock, not _finish_lock,
+        #: which _finish holds while it joins threads).
+        self._heartbeat = TimerSlot()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -242,8 +244,8 @@ class _WsConnection:
         self.last_rx = time.monotonic()
         self.writer.start()
         self.reader.start()
-        if self.heartbeat is not None:
-            self.heartbeat.start()
+        if self.t.heartbeat_interval:
+            self._heartbeat.arm(self.t.heartbeat_interval, self._heartbeat_ping)
 
     def _connect(self, options: dict[str, Any], header: dict[str, str]) -> None:
         """The upgrade request; with OAuth, bearer token on it and a new token on 401/403."""
@@ -311,7 +313,7 @@ class _WsConnection:
             self._abort()
             self.writer.stop()
             join_thread(self.writer.thread, self.t.close_timeout, self.label)
-            join_thread(self.heartbeat, self.t.close_timeout, self.label)
+            self._heartbeat.stop()
             self.ws.shutdown()  # type: ignore[no-untyped-call]
 
     # -- threads -----------------------------------------------------------
@@ -439,22 +441,27 @@ class _WsConnection:
         if self.latch.active:
             self.latch.report_lost(f"{self.label}: {what}")
 
-    def _heartbeat_loop(self) -> None:
-        interval = self.t.heartbeat_interval
+    # The heartbeat runs on the process-wide scheduler (``_scheduler``), not a thread of its
+    # own: a ping is due every ``heartbeat_interval``, its check ``heartbeat_timeout`` later.
+
+    def _heartbeat_ping(self) -> None:
+        if self._stop.is_set():
+            return
+        ping_at = time.monotonic()
+        self._ping_due.set()
+        self.writer.wake()
+        self._heartbeat.arm(self.t.heartbeat_timeout, self._heartbeat_check, ping_at)
+
+    def _heartbeat_check(self, ping_at: float) -> None:
+        if self._stop.is_set():
+            return
         timeout = self.t.heartbeat_timeout
+        # A reader held up in the sink cannot see the pong: not the peer's fault.
+        if self.last_rx < ping_at and not self.delivering:
+            reason = f"{self.label}: heartbeat timeout: no frame within {timeout:g}s of a ping"
+            if self.latch.report_lost(reason):
+                self._abort()
+            return
+        interval = self.t.heartbeat_interval
         assert interval is not None
-        stop = self._stop
-        next_ping = time.monotonic() + interval
-        while not stop.wait(max(0.0, next_ping - time.monotonic())):
-            ping_at = time.monotonic()
-            self._ping_due.set()
-            self.writer.wake()
-            if stop.wait(timeout):
-                return
-            # A reader held up in the sink cannot see the pong: not the peer's fault.
-            if self.last_rx < ping_at and not self.delivering:
-                reason = f"{self.label}: heartbeat timeout: no frame within {timeout:g}s of a ping"
-                if self.latch.report_lost(reason):
-                    self._abort()
-                return
-            next_ping = max(ping_at + interval, time.monotonic())
+        self._heartbeat.arm(max(0.0, ping_at + interval - time.monotonic()), self._heartbeat_ping)
