@@ -98,7 +98,10 @@ def main() -> int:
     logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     url = sys.argv[-1]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
-    kwargs: dict[str, Any] = {"reconnect": False, "auth": make_auth(scenario, context())}
+    kwargs: dict[str, Any] = {"reconnect": False}
+    auth = make_auth(scenario, context())
+    if auth is not None:
+        kwargs["auth"] = auth
     if "elicitation" in inspect.signature(mcp.connect).parameters:
         kwargs["elicitation"] = accept_with_defaults
     with mcp.connect(url, **kwargs) as client:
