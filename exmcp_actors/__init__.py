@@ -16,8 +16,11 @@ from __future__ import annotations
 import logging
 
 from ._auth import FileTokenStorage, MemoryTokenStorage, OAuth, TokenStorage
+from ._catalog import Catalog, CatalogChanged
 from ._client import Client
+from ._config import ConfigError
 from ._connect import connect
+from ._hub import Hub, HubCatalog, HubWatch
 from ._listener import Listener
 from ._protocol._backoff import Backoff
 from ._protocol._errors import (
@@ -50,6 +53,7 @@ from ._transport._base import Transport
 from ._transport._stdio import StdioTransport
 from ._transport._websocket import WebSocketTransport
 from ._transport.http import HttpTransport
+from ._version import __version__
 
 logging.getLogger("exmcp_actors").addHandler(logging.NullHandler())
 
@@ -57,14 +61,20 @@ __all__ = [
     "LEGACY_VERSIONS",
     "MODERN_VERSIONS",
     "Backoff",
+    "Catalog",
+    "CatalogChanged",
     "Client",
     "Closed",
+    "ConfigError",
     "ConnectError",
     "ConnectionLost",
     "Error",
     "FileTokenStorage",
     "FilterError",
     "HttpTransport",
+    "Hub",
+    "HubCatalog",
+    "HubWatch",
     "ListenRequiresModern",
     "Listener",
     "ListenerNotFound",
@@ -89,5 +99,6 @@ __all__ = [
     "UseListen",
     "Watch",
     "WebSocketTransport",
+    "__version__",
     "connect",
 ]

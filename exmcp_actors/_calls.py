@@ -22,9 +22,12 @@ MAX_PAGES = 10_000
 
 
 def check_timeout(name: str, value: Any) -> float:
-    """``value`` as seconds; a ValueError naming ``name`` unless positive and finite."""
+    """``value`` as seconds: a TypeError naming ``name`` unless a number, a ValueError
+    unless positive and finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
     # NaN and infinity are refused too: every wait here must end.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
 

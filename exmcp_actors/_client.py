@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -11,18 +12,21 @@ from typing import Any
 
 import pykka
 
+from ._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from ._calls import ServerCalls, check_timeout
+from ._catalog import CatalogCalls
 from ._client_actor import Disconnect, InspectClient, SharedState
-from ._handle import Handle
+from ._handle import FilteredHandle, Handle
 from ._inbox import Inbox
 from ._listener import Listener
-from ._protocol._errors import NotConnected, RequestTimeout
+from ._protocol._errors import ListenerNotFound, NotConnected, RequestTimeout, UseListen
 from ._protocol._events import (
     AbandonListener,
     Acquire,
     ActivateListener,
     CancelSubscription,
     OpenSubscription,
+    Overflowed,
     RegisterListener,
     Release,
     RemoveHandle,
@@ -30,7 +34,7 @@ from ._protocol._events import (
 from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from ._protocol._jsonrpc import RequestBuilder
 from ._refcount_worker import Inspect, SharedBook
-from ._subscriber_proxy import Subscriber, resolve_subscriber
+from ._subscriber_proxy import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
 from ._subscription import Subscription, Watch
 
 logger = logging.getLogger("exmcp_actors")
@@ -41,7 +45,7 @@ def remaining(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
 
-class Client(ServerCalls):
+class Client(ServerCalls, CatalogCalls):
     """A connection to one MCP server. Thread-safe: call it from any thread.
 
     Create it with :func:`connect`. Every blocking call takes ``timeout=`` in seconds.
@@ -112,7 +116,9 @@ class Client(ServerCalls):
 
     # -- legacy listeners ------------------------------------------------------------------
 
-    def subscribe_notifications(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Listener:
+    def subscribe_notifications(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> Listener:
         """Register a legacy listener (MCP 2024-11-05 .. 2025-11-25).
 
         Args:
@@ -121,30 +127,45 @@ class Client(ServerCalls):
             subscriber: None (the calling thread, inbox on the listener), a Thread,
                 a pykka ActorRef, or an object with ``put()``.
             timeout: seconds for the whole registration, including ``resources/subscribe``.
+            max_pending: how many messages may wait for the subscriber; past it change signals
+                are coalesced and anything else closes the listener with ``("overflow", max_pending)``.
 
         Raises:
             FilterError, NotConnected, UseListen, SubscriberNotAlive, SubscribeFailed, RequestTimeout.
         """
-        flt = normalize_filter(filter)
-        listener = self._register_listener(flt, subscriber, timeout, kind="listener")
+        flt = normalize_filter(filter, allow_tasks=self.era == "modern")
+        if flt.task_ids is not None:
+            # A listen() filter given to the legacy API on a modern peer: name the API to use.
+            raise UseListen("taskIds belongs to listen(), and this server speaks MCP 2026-07-28: use listen()")
+        listener = self._register_listener(flt, subscriber, timeout, max_pending, kind="listener")
         assert isinstance(listener, Listener)
         return listener
 
-    def _new_handle(self, flt: NotificationFilter, subscriber: Any, kind: str, era: str) -> tuple[Handle, Subscriber]:
+    def _new_handle(
+        self, flt: NotificationFilter, subscriber: Any, kind: str, era: str, max_pending: int
+    ) -> tuple[Handle, Subscriber]:
         """The host's handle, with its own inbox unless its subscriber is an actor or a put() object."""
         resolved = resolve_subscriber(subscriber)
         handle_id = f"{kind}-{self._ids.next_id()}"
-        inbox = Inbox() if resolved.target is None else None
+        bound = Bound(max_pending, functools.partial(self._tell, Overflowed(handle_id)))
+        inbox = Inbox(bound) if resolved.target is None else None
+        handle: Handle
         if kind == "watch":
-            return Watch(handle_id, self, resolved.owner, flt, inbox, era), resolved
-        if kind == "subscription":
-            return Subscription(handle_id, self, resolved.owner, flt, inbox), resolved
-        return Listener(handle_id, self, resolved.owner, flt, inbox), resolved
+            handle = Watch(handle_id, self, resolved.owner, flt, inbox, era)
+        elif kind == "subscription":
+            handle = Subscription(handle_id, self, resolved.owner, flt, inbox)
+        else:
+            handle = Listener(handle_id, self, resolved.owner, flt, inbox)
+        handle._bound = bound
+        return handle, resolved
 
-    def _register_listener(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
+    def _register_listener(
+        self, flt: NotificationFilter, subscriber: Any, timeout: float, max_pending: int, *, kind: str
+    ) -> Handle:
         wait = check_timeout("timeout", timeout)
+        limit = check_max_pending(max_pending)
         deadline = time.monotonic() + wait
-        handle, resolved = self._new_handle(flt, subscriber, kind, "legacy")
+        handle, resolved = self._new_handle(flt, subscriber, kind, "legacy", limit)
         handle_id = handle.id
         uris = flt.uris
         if not uris or self._held_path(handle_id, uris):
@@ -215,21 +236,28 @@ class Client(ServerCalls):
             pass
 
     def unsubscribe_notifications(self, listener: Listener, timeout: float = 5.0) -> None:
-        """Remove a listener and release its URIs. No closing message follows.
+        """Remove a listener (or a legacy watch) and release its URIs. No closing message follows.
 
         Raises:
-            ListenerNotFound: it was already removed or closed. On a stopped client this is a no-op.
+            ListenerNotFound: it was already removed or closed, or belongs to another client.
+                On a stopped client this is a no-op.
+            TypeError: ``listener`` is not a listener.
         """
-        if not isinstance(listener, Listener):
-            raise TypeError(f"expected a Listener, got {type(listener).__name__}")
+        if not isinstance(listener, FilteredHandle):
+            raise TypeError(f"unsubscribe_notifications() takes a Listener, got {type(listener).__name__}")
         self._remove_handle(listener, timeout=timeout)
 
-    def _remove_handle(self, handle: Handle, *, timeout: float) -> None:
+    def _check_own(self, handle: Handle) -> None:
         if handle.client is not self:
-            raise ValueError(f"{handle!r} belongs to another client")
+            raise ListenerNotFound(f"{handle!r} belongs to another client ({handle.client!r}), not to {self!r}")
+
+    def _remove_handle(self, handle: Handle, *, timeout: float) -> None:
+        self._check_own(handle)
+        wait = check_timeout("timeout", timeout)
+        # From here on nothing new starts being delivered to it, whatever the outcome below.
+        cut(handle, CUT)
         if not self._ref.is_alive():
             return  # a stopped client holds nothing: nothing to remove
-        wait = check_timeout("timeout", timeout)
         deadline = time.monotonic() + wait
         try:
             self._ask(RemoveHandle(handle.id), wait)
@@ -252,22 +280,30 @@ class Client(ServerCalls):
 
     # -- modern subscriptions --------------------------------------------------------------
 
-    def listen(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Subscription:
+    def listen(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> Subscription:
         """Open a ``subscriptions/listen`` stream (MCP 2026-07-28 peers only) and wait for its acknowledgment.
+
+        ``max_pending`` bounds the messages waiting for the subscriber, as for
+        :meth:`subscribe_notifications` (the closing message is a ``SubscriptionClosed``).
 
         Raises:
             FilterError, NotConnected, ListenRequiresModern, SubscriberNotAlive,
             ProtocolError (a wider acknowledgment), RequestError, RequestTimeout.
         """
         flt = normalize_filter(filter, allow_tasks=True)
-        handle = self._open_subscription(flt, subscriber, timeout, kind="subscription")
+        handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="subscription")
         assert isinstance(handle, Subscription)
         return handle
 
-    def _open_subscription(self, flt: NotificationFilter, subscriber: Any, timeout: float, *, kind: str) -> Handle:
+    def _open_subscription(
+        self, flt: NotificationFilter, subscriber: Any, timeout: float, max_pending: int, *, kind: str
+    ) -> Handle:
         wait = check_timeout("timeout", timeout)
+        limit = check_max_pending(max_pending)
         deadline = time.monotonic() + wait
-        handle, resolved = self._new_handle(flt, subscriber, kind, "modern")
+        handle, resolved = self._new_handle(flt, subscriber, kind, "modern", limit)
         handle_id = handle.id
         acknowledged: Future[NotificationFilter] = Future()
         self._ask(OpenSubscription(handle, kind, flt, resolved, acknowledged), wait)
@@ -279,10 +315,13 @@ class Client(ServerCalls):
         return handle
 
     def _cancel_subscription(self, subscription: Subscription, *, timeout: float) -> None:
+        self._check_own(subscription)
+        wait = check_timeout("timeout", timeout)
+        cut(subscription, FINAL_ONLY)  # its backlog is dropped; its closing message still goes
         if not self._ref.is_alive():
             return
         try:
-            self._ask(CancelSubscription(subscription.id, "cancelled"), check_timeout("timeout", timeout))
+            self._ask(CancelSubscription(subscription.id, "cancelled"), wait)
         except NotConnected:
             return
 
@@ -301,20 +340,23 @@ class Client(ServerCalls):
 
     # -- era-agnostic ----------------------------------------------------------------------
 
-    def watch(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> Watch:
+    def watch(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> Watch:
         """Listen in whichever era the peer speaks, with the legacy message vocabulary.
 
         A legacy listener on a legacy peer, a ``subscriptions/listen`` on a modern
         one; messages are :class:`Notification`, :class:`Reconnected` and
         :class:`Closed` either way. A watch carries on (as a subscription) when a
-        legacy peer comes back modern after a reconnect.
+        legacy peer comes back modern after a reconnect. ``max_pending`` as for
+        :meth:`subscribe_notifications`.
         """
         if self.era == "modern":
             flt = normalize_filter(filter, allow_tasks=True)
-            handle = self._open_subscription(flt, subscriber, timeout, kind="watch")
+            handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="watch")
         else:
             flt = normalize_filter(filter)
-            handle = self._register_listener(flt, subscriber, timeout, kind="watch")
+            handle = self._register_listener(flt, subscriber, timeout, max_pending, kind="watch")
         assert isinstance(handle, Watch)
         return handle
 
@@ -328,6 +370,8 @@ class Client(ServerCalls):
         except pykka.ActorDeadError:
             pass
         self._wait_stopped(wait)
+        for handle in self._shared.disconnected_handles:  # a put() still blocked may finish, no more
+            cut(handle, CUT)
 
     def _wait_stopped(self, timeout: float) -> None:
         """Wait for the client actor, then every actor and thread it started, to end."""

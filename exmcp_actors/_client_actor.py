@@ -33,7 +33,15 @@ from ._protocol._jsonrpc import Frame, RequestBuilder
 from ._protocol._session import Session, SessionConfig
 from ._protocol._state import Phase
 from ._scheduler import TimerHandle, call_later
-from ._subscriber_proxy import LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy
+from ._subscriber_proxy import (
+    CUT,
+    FINAL_ONLY,
+    LivenessWatcher,
+    Subscriber,
+    SubscriberDown,
+    SubscriberProxy,
+    cut,
+)
 from ._transport._base import Transport
 
 logger = logging.getLogger("exmcp_actors")
@@ -57,6 +65,8 @@ class SharedState:
     #: Threads the client started, so disconnect() can wait for all of them.
     children: list[threading.Thread] = field(default_factory=list)
     children_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The handles a host's disconnect() closed: nothing new reaches them once it returns.
+    disconnected_handles: list[Any] = field(default_factory=list)
 
     def adopt(self, thread: threading.Thread) -> None:
         """Remember a thread (forgetting finished ones) so disconnect() can join it."""
@@ -190,10 +200,21 @@ class ClientActor(pykka.ThreadingActor):
             slot.ref = self._start_proxy(slot.subscriber)
             return
         self.watcher.unwatch(message.key)
+        entries = self.session.registry.entries
+        handles = [entries[i].handle for i in slot.handle_ids if i in entries]
         self.session.handle(ev.SubscriberDied(message.key))
+        self._perform()
+        for handle in handles:  # after the flush: what reached an inbox before stays readable
+            cut(handle, CUT)
+            handle._finish()
 
     def _on_disconnect(self, message: Disconnect) -> None:
         self.closing_reason = "disconnected"
+        # The backlog queued for slow subscribers is dropped; their closing message still goes.
+        handles = [entry.handle for entry in self.session.registry.entries.values()]
+        for handle in handles:
+            cut(handle, FINAL_ONLY)
+        self.shared.disconnected_handles = handles
         self._to_worker(ev.ToWorker(ev.Reset()))  # disconnect sends no unsubscribe
         self.actor_ref.stop(block=False)
 

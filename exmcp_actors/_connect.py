@@ -7,8 +7,10 @@ refcount worker, and waits (bounded) for the first handshake.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ._auth import OAuth
 from ._calls import check_timeout
@@ -21,13 +23,56 @@ from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
 from ._refcount_worker import RefcountWorker, SharedBook
 from ._transport._base import Transport
+from ._version import installed_version
 
-DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": "0.1.0"}
+#: What ``clientInfo`` says when the host gives none: the package and its installed version.
+DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": installed_version()}
 _client_numbers = itertools.count(1)
+_URL_SCHEMES = ("ws", "wss", "http", "https")
 
 
-def make_transport(transport: Any, auth: OAuth | None = None) -> Transport:
-    """A Transport from what the host passed: a Transport, a URL string, or an argv list."""
+def url_transport(url: str, headers: Mapping[str, str] | None = None, auth: OAuth | None = None) -> Transport:
+    """A WebSocket or Streamable HTTP transport for ``url``; a legacy ``.../sse`` URL is refused."""
+    scheme = url.split(":", 1)[0].lower()
+    if scheme in ("ws", "wss"):
+        from ._transport._websocket import WebSocketTransport
+
+        return WebSocketTransport(url, dict(headers) if headers else None, auth=auth)
+    if urlsplit(url).path.rstrip("/").endswith("/sse"):
+        raise ConnectError(
+            f"{redact_url(url)} looks like the old HTTP+SSE transport (MCP 2024-11-05), which exmcp_actors does "
+            "not support: point it at the server's Streamable HTTP endpoint (often .../mcp) or use ws:// or stdio",
+            reason="sse_transport_unsupported",
+        )
+    from ._transport.http import HttpTransport
+
+    return HttpTransport(url, dict(headers) if headers else None, auth=auth)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials or query values, for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    query = "&".join(f"{name}=..." for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+def make_transport(
+    transport: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    name: str | None = None,
+    auth: OAuth | None = None,
+) -> Transport:
+    """A Transport from what the host passed: a Transport, a URL string, or an argv list.
+
+    ``env`` and ``cwd`` go to the child process of an argv list (and are refused otherwise).
+    """
+    if (env is not None or cwd is not None) and (isinstance(transport, (str, Transport))):
+        raise ValueError("env= and cwd= apply to a server command (an argv list), not to a URL or a Transport")
     if auth is not None and not isinstance(auth, OAuth):
         raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
     if auth is not None and not (isinstance(transport, str) and "://" in transport):
@@ -36,19 +81,20 @@ def make_transport(transport: Any, auth: OAuth | None = None) -> Transport:
         return transport
     if isinstance(transport, str):
         scheme = transport.split(":", 1)[0].lower()
-        if scheme in ("ws", "wss"):
-            from ._transport._websocket import WebSocketTransport
-
-            return WebSocketTransport(transport, auth=auth)
-        if scheme in ("http", "https"):
-            from ._transport.http import HttpTransport
-
-            return HttpTransport(transport, auth=auth)
-        raise ValueError(f"unsupported URL scheme {scheme!r} in {transport!r}: use ws://, wss://, http:// or https://")
+        if scheme in _URL_SCHEMES and "://" in transport:
+            return url_transport(transport, auth=auth)
+        if "://" not in transport:
+            raise ValueError(
+                f"connect() got the string {transport!r}, which is not a URL: to run a server command, "
+                f"pass its argv as a list, e.g. connect({shlex.split(transport)!r})"
+            )
+        raise ValueError(
+            f"unsupported URL scheme {scheme!r} in {redact_url(transport)!r}: use ws://, wss://, http:// or https://"
+        )
     if isinstance(transport, Sequence) and transport and all(isinstance(a, str) for a in transport):
         from ._transport._stdio import StdioTransport
 
-        return StdioTransport(list(transport))
+        return StdioTransport(list(transport), env=env, cwd=cwd, name=name)
     raise TypeError(
         "transport must be a Transport, a ws:// / http:// URL string, or a non-empty argv list of strings, "
         f"got {transport!r}"
@@ -66,6 +112,9 @@ def connect(
     *,
     connect_timeout: float = 10.0,
     probe_timeout: float = 3.0,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    name: str | None = None,
     auth: OAuth | None = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
@@ -81,6 +130,9 @@ def connect(
         client_info: ``{"name": ..., "version": ...}`` sent to the server.
         connect_timeout: seconds for opening the transport and the whole handshake.
         probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
+        env: for an argv list: environment variables for the server process (see :class:`StdioTransport`).
+        cwd: for an argv list: the server process's working directory.
+        name: the client's :attr:`Client.name` (default ``c1``, ``c2``, ...); a :class:`Hub` uses the config's name.
         auth: an :class:`~exmcp_actors.OAuth` for a server that requires authorization (HTTP
             and WebSocket URLs). An interactive authorization happens inside the connection's
             first request: give ``connect_timeout`` room for the user.
@@ -100,6 +152,8 @@ def connect(
         raise TypeError(f"backoff must be a Backoff, got {type(backoff).__name__}")
     if client_info is not None and not (isinstance(client_info, dict) and isinstance(client_info.get("name"), str)):
         raise ValueError(f"client_info must be a dict with a 'name' string, got {client_info!r}")
+    if name is not None and not (isinstance(name, str) and name):
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
     session = SessionConfig(
         mode=protocol,
         reconnect=bool(reconnect),
@@ -108,9 +162,10 @@ def connect(
         probe_timeout=check_timeout("probe_timeout", probe_timeout),
         client_info=dict(client_info or DEFAULT_CLIENT_INFO),
     )
-    config = Config(make_transport(transport, auth), check_timeout("connect_timeout", connect_timeout), session)
+    built = make_transport(transport, env=env, cwd=cwd, name=name, auth=auth)
+    config = Config(built, check_timeout("connect_timeout", connect_timeout), session)
     request_wait = check_timeout("request_timeout", request_timeout)
-    name = f"c{next(_client_numbers)}"
+    name = name or f"c{next(_client_numbers)}"
     shared = SharedState()
     ids = RequestBuilder()
     ref = ClientActor.start(config, shared, ids, name)

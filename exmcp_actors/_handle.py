@@ -6,6 +6,7 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
+from ._bound import Bound
 from ._inbox import Inbox
 from ._protocol._errors import ListenerNotFound, NotConnected
 from ._protocol._filters import NotificationFilter
@@ -24,6 +25,10 @@ class Handle:
         self.client = client
         self.subscriber = subscriber
         self._inbox = inbox
+        #: Its ``max_pending`` bound (see ``_bound``); set by the client that makes it.
+        self._bound: Bound | None = inbox.bound if inbox is not None else None
+        #: What may still start being delivered to it (see ``_subscriber_proxy.cut``).
+        self._cut = 0
 
     def _require_inbox(self) -> Inbox:
         if self._inbox is None:
@@ -40,6 +45,14 @@ class Handle:
             queue.Empty: nothing arrived in time, or the handle ended and its inbox is drained.
         """
         return self._require_inbox().get(timeout)
+
+    def get_nowait(self) -> Any:
+        """The next message if one is waiting, without blocking.
+
+        Raises:
+            queue.Empty: the inbox is empty (or the handle ended and its inbox is drained).
+        """
+        return self._require_inbox().get(0)
 
     def pending(self) -> int:
         """How many messages wait in the inbox."""

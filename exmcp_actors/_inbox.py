@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Final
 
+from ._bound import Bound
 from ._protocol._messages import FINAL_TAGS
 
 
@@ -18,11 +19,13 @@ class Inbox:
     Finishing queues a marker behind the last message: ``get`` then ends once drained.
     """
 
-    __slots__ = ("_finished", "_queue")
+    __slots__ = ("_finished", "_queue", "bound")
 
-    def __init__(self) -> None:
+    def __init__(self, bound: Bound | None = None) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._finished = False
+        #: The handle's ``max_pending`` bound (None: unbounded), applied by :func:`land`.
+        self.bound = bound
 
     def put(self, item: Any) -> None:
         self._queue.put(item)
@@ -51,9 +54,14 @@ class Inbox:
 
         Raises:
             queue.Empty: nothing arrived in time, or the inbox is finished and drained.
+            TypeError: a timeout that is not a number.
             ValueError: a negative or NaN timeout.
         """
         if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(
+                    f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}"
+                )
             if not timeout >= 0:  # NaN too
                 raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
             if timeout > threading.TIMEOUT_MAX:
@@ -70,7 +78,12 @@ _END: Final = object()
 
 
 def land(inbox: Inbox, messages: list[Any]) -> None:
-    """Put a batch in an inbox; after a closing message, the inbox is finished."""
+    """Put a batch in an inbox, within its bound; after a closing message, the inbox is finished."""
+    bound = inbox.bound
+    if bound is not None:
+        messages = bound.admit(messages, len(inbox))
+        if not messages:
+            return
     inbox.put_many(messages)
     if messages[-1][0] in FINAL_TAGS:
         inbox.finish()  # the closing message is the last: iteration and get() end after it

@@ -28,6 +28,7 @@ from typing import Any
 
 import pykka
 
+from ._bound import admit_to_proxy
 from ._inbox import Inbox, land
 from ._protocol._events import Outbox
 from ._protocol._filters import NotificationFilter
@@ -41,9 +42,12 @@ _yield_gil: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: ti
 
 def flush(out: Outbox) -> None:
     """Deliver what a handler produced: one batch per route, in order."""
-    for route, messages in out.items():
+    for route, queued in out.items():
         if type(route) is Inbox:
-            land(route, messages)
+            land(route, queued)
+            continue
+        messages = admit_to_proxy(queued)
+        if not messages:
             continue
         try:
             route.ref.tell(Deliver(messages))

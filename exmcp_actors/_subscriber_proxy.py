@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pykka
 
+from ._bound import handed_over
 from ._inbox import Inbox, land
+from ._protocol._messages import FINAL_TAGS
 from ._scheduler import TimerSlot
 
 logger = logging.getLogger("exmcp_actors")
@@ -65,7 +67,7 @@ def resolve_subscriber(subscriber: Any) -> Subscriber:
         return Subscriber(("actor", subscriber.actor_urn), subscriber, subscriber.is_alive, True, subscriber)
     put = getattr(subscriber, "put", None)
     if callable(put) and not isinstance(subscriber, type):  # a class (queue.Queue) is not a mailbox
-        return Subscriber(("put", id(subscriber)), subscriber, _always_alive, False, subscriber)
+        return Subscriber(("put", id(subscriber)), PutTarget(subscriber), _always_alive, False, subscriber)
     raise TypeError(
         "subscriber must be None (the calling thread), a threading.Thread, a pykka.ActorRef "
         f"or an object with a put() method, got {type(subscriber).__name__}"
@@ -94,19 +96,72 @@ class SubscriberDown:
     died: bool = True
 
 
-def deliver(target: Any, messages: list[Any]) -> bool:
-    """Deliver to an actor (``tell``) or a ``put()`` object, in order; False if the actor is dead."""
-    if isinstance(target, pykka.ActorRef):
-        try:
-            for message in messages:
-                target.tell(message)
-        except pykka.ActorDeadError:
+#: ``handle._cut`` levels: what may still start being delivered to a handle's subscriber.
+LIVE: Final = 0
+#: Only its closing message (cancel(), disconnect(): the backlog is dropped).
+FINAL_ONLY: Final = 1
+#: Nothing (unsubscribe(), a dead subscriber, a disconnect() that has returned).
+CUT: Final = 2
+
+
+def cut(handle: Any, level: int) -> None:
+    """Stop new deliveries to ``handle`` from ``level`` on (levels only rise)."""
+    if getattr(handle, "_cut", LIVE) < level:
+        handle._cut = level
+
+
+def _stopped(message: Any) -> bool:
+    """Whether ``message`` must not start being delivered any more (see :func:`cut`)."""
+    level: int = getattr(message[1], "_cut", LIVE)
+    return level == CUT or (level == FINAL_ONLY and message[0] not in FINAL_TAGS)
+
+
+class PutTarget:
+    """A ``put()`` subscriber. After its ``put()`` raised once it is never called again:
+    the failure is logged once and its handles are removed (see :class:`SubscriberProxy`)."""
+
+    __slots__ = ("failed", "obj")
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        self.failed = False
+
+    def deliver(self, messages: list[Any]) -> bool:
+        """Put each message still wanted, in order; False once ``put()`` has raised."""
+        if self.failed:
             return False
-    elif isinstance(target, Inbox):
-        land(target, messages)
-    else:
+        put = self.obj.put
         for message in messages:
-            target.put(message)
+            handed_over(message)
+            if _stopped(message):
+                continue
+            try:
+                put(message)
+            except Exception:  # the host's code: it must not reach a library thread
+                self.failed = True
+                logger.exception(
+                    "subscriber %r raised from put(); its listeners are removed and it gets nothing more",
+                    self.obj,
+                )
+                return False
+        return True
+
+
+def deliver(target: Any, messages: list[Any]) -> bool:
+    """Deliver to an actor (``tell``), a ``put()`` object or an inbox, in order, skipping
+    what was cut meanwhile; False if the subscriber is dead or its ``put()`` raised."""
+    if isinstance(target, Inbox):
+        land(target, messages)
+        return True
+    if isinstance(target, PutTarget):
+        return target.deliver(messages)
+    try:
+        for message in messages:
+            handed_over(message)
+            if not _stopped(message):
+                target.tell(message)
+    except pykka.ActorDeadError:
+        return False
     return True
 
 
@@ -151,8 +206,9 @@ class SubscriberProxy(pykka.ThreadingActor):
         self._report_down()
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        # deliver() catches what a subscriber raises: this is a bug of ours.
         logger.error("subscriber proxy failed delivering: %r", exception_value)
-        self._subscriber_died = True  # a put() that raises cannot be delivered to any more
+        self._subscriber_died = True
         self._report_down()
 
 

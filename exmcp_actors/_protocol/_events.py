@@ -152,6 +152,12 @@ class ResyncDone(NamedTuple):
     error: Any = None
 
 
+class Overflowed(NamedTuple):
+    """A handle's pending messages passed its bound: it got its closing message; remove it."""
+
+    handle_id: Any
+
+
 class SubscriberDied(NamedTuple):
     """The subscriber with this key is dead (its proxy saw it and stopped)."""
 

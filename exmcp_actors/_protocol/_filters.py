@@ -115,7 +115,10 @@ def normalize_filter(raw: Any, *, allow_tasks: bool = False) -> NotificationFilt
         )
     unknown = [key for key in raw if key not in FILTER_KEYS]
     if unknown:
-        raise FilterError(f"unknown filter keys: {sorted(map(str, unknown))}", reason="unknown_subscription_filter")
+        raise FilterError(
+            f"the filter has unknown keys {sorted(map(str, unknown))}; the known ones are {sorted(FILTER_KEYS)}",
+            reason="unknown_subscription_filter",
+        )
     categories = set()
     for key in CATEGORY_KEYS:
         if key not in raw:

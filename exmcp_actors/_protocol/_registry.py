@@ -130,7 +130,9 @@ class Registry:
         worker's to forget: a close comes with the end of the session that held them)."""
         if entry.state not in ("pending", "dead", "awaiting_ack"):
             self.emit(entry, entry.closed(reason))
-        self._fx.reject(entry.ack_future, NotConnected(f"closed: {reason!r}"))
+        self._fx.reject(
+            entry.ack_future, NotConnected(f"the subscription closed before it was acknowledged: {reason!r}")
+        )
         self.forget(entry.handle.id)
 
     def of_era(self, era: str) -> list[Entry]:

@@ -30,7 +30,7 @@ from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notifica
 from ._lifecycle import Lifecycle
 from ._listeners import Listeners
 from ._pending import PendingTable
-from ._registry import Registry
+from ._registry import Entry, Registry
 from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
@@ -247,10 +247,23 @@ class Session:
                 entry.state = "dead"  # its registering caller releases what it acquired
                 continue
             logger.debug("%s: subscriber of %r is gone; removing it", self.name, entry.handle)
-            if entry.era == "modern":
-                self.subscriptions.cancel_on_wire(entry)
-            registry.release(entry)
-            registry.forget(handle_id)
+            self._drop(entry)
+
+    def _overflowed(self, message: ev.Overflowed) -> None:
+        entry = self.registry.entries.get(message.handle_id)
+        if entry is None or entry.state in ("pending", "dead", "awaiting_ack"):
+            return  # removed meanwhile (or never delivered to: nothing can have overflowed)
+        logger.warning(
+            "%s: %r had more messages waiting than its max_pending allows; it is closed", self.name, entry.handle
+        )
+        self._drop(entry)
+
+    def _drop(self, entry: Entry) -> None:
+        """Remove an entry no message can reach any more: end it on the wire, release its URIs."""
+        if entry.era == "modern":
+            self.subscriptions.cancel_on_wire(entry)
+        self.registry.release(entry)
+        self.registry.forget(entry.handle.id)
 
     def _resubscribed(self, report: ev.ResubscribeReport) -> None:
         if report.generation != self.generation or not self.ready:
@@ -282,6 +295,7 @@ class Session:
             ev.OpenSubscription: self._open_subscription,
             ev.CancelSubscription: self.subscriptions.cancel,
             ev.SubscriberDied: self._subscriber_died,
+            ev.Overflowed: self._overflowed,
             ev.ResubscribeReport: self._resubscribed,
             ev.Relisten: self._relisten,
             ev.ResyncDone: self.subscriptions.resync_done,

@@ -1,0 +1,243 @@
+"""A live catalog: a server's tools, prompts and resources, refetched when the server says they changed.
+
+Like the TypeScript SDK's ``listChanged`` auto-refresh (``Client`` option
+``listChanged: {tools: {onChanged, debounceMs}}``), but for threads: one worker
+thread per catalog owns the refetching. Messages that arrive while it fetches
+are handled as one batch afterwards, so a burst of ``list_changed`` costs one or
+two refetches of a kind and never two at once. In the legacy era it rides on a
+:meth:`Client.watch` (and refetches everything after ``Reconnected``); in the
+2026-07-28 era on a :meth:`Client.listen`, whose resync snapshot after a drop
+replaces the lists without a refetch.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Final, Literal, NamedTuple
+
+from ._handle import Handle
+from ._inbox import Inbox
+from ._protocol._errors import Error
+from ._protocol._messages import (
+    CLOSED,
+    NOTIFICATION,
+    RECONNECTED,
+    SUBSCRIPTION,
+    SUBSCRIPTION_CLOSED,
+    SUBSCRIPTION_RESYNC,
+)
+from ._subscriber_proxy import deliver, resolve_subscriber
+
+logger = logging.getLogger("exmcp_actors.catalog")
+
+#: The kinds a catalog follows, in the order it refreshes them.
+KINDS: Final = ("tools", "prompts", "resources")
+_FILTER_KEYS: Final = {kind: f"{kind}ListChanged" for kind in KINDS}
+_METHOD_KINDS: Final = {f"notifications/{kind}/list_changed": kind for kind in KINDS}
+#: Queued for the worker by close().
+_STOP: Final = object()
+_JOIN_WAIT: Final = 5.0
+
+
+class CatalogChanged(NamedTuple):
+    """A catalog refreshed one kind: ``("ex_mcp_catalog_changed", catalog, kind, items)``."""
+
+    tag: Literal["ex_mcp_catalog_changed"]
+    #: The :class:`Catalog` (``catalog.client.name`` tells which server).
+    catalog: Any
+    #: ``"tools"``, ``"prompts"`` or ``"resources"``.
+    kind: str
+    #: The full new list.
+    items: list[dict[str, Any]]
+
+
+class _Feed:
+    """The catalog's own put() subscriber: hands the handle's messages to the worker thread."""
+
+    def __init__(self, events: queue.SimpleQueue[Any]) -> None:
+        self.put = events.put
+
+
+class Catalog(Handle):
+    """A server's tools, prompts and resources, always the latest full lists.
+
+    Made by :meth:`Client.catalog`. Only the kinds the server advertises in its
+    capabilities are fetched (the others stay empty lists).
+
+    Attributes:
+        tools, prompts, resources: the latest full lists (replaced, never mutated).
+        refreshes: how many fetches of each kind were made after the first.
+        kinds: the kinds followed.
+
+    The inbox (``get()``, ``get_nowait()``, iteration) yields :class:`CatalogChanged`
+    after each refresh; it ends when the catalog is closed or its client disconnects.
+    """
+
+    def __init__(self, client: Any, subscriber: Any = None, timeout: float = 5.0) -> None:
+        resolved = resolve_subscriber(subscriber)
+        super().__init__(f"catalog-{client._ids.next_id()}", client, resolved.owner, None)
+        if resolved.target is None:
+            self._inbox = Inbox()
+        self._target = resolved.target
+        capabilities = client.server_capabilities or {}
+        self.kinds: tuple[str, ...] = tuple(kind for kind in KINDS if kind in capabilities)
+        self._lists: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+        self.refreshes: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self._lock = threading.Lock()
+        self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._timeout = timeout
+        self._closed = False
+        # Subscribe first, then fetch: a change in between is then refetched, never missed.
+        self._source: Handle | None = self._open() if self.kinds else None
+        try:
+            for kind in self.kinds:
+                self._lists[kind] = self._fetch(kind)
+        except BaseException:
+            self._close_source()
+            raise
+        self._worker = threading.Thread(target=self._run, name=f"exmcp-catalog-{client.name}", daemon=True)
+        self._worker.start()
+
+    # -- what hosts read ---------------------------------------------------------------------
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self._lists["tools"]
+
+    @property
+    def prompts(self) -> list[dict[str, Any]]:
+        return self._lists["prompts"]
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return self._lists["resources"]
+
+    def close(self, timeout: float = _JOIN_WAIT) -> None:
+        """Stop following the server; the inbox ends once drained. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._close_source()
+        self._events.put(_STOP)
+        if threading.current_thread() is not self._worker:
+            self._worker.join(timeout)
+
+    def _end(self) -> None:
+        self.close()
+
+    # -- the worker --------------------------------------------------------------------------
+
+    def _open(self) -> Handle:
+        flt = {_FILTER_KEYS[kind]: True for kind in self.kinds}
+        feed = _Feed(self._events)
+        if self.client.era == "modern":
+            handle: Handle = self.client.listen(flt, subscriber=feed, timeout=self._timeout)
+        else:
+            handle = self.client.watch(flt, subscriber=feed, timeout=self._timeout)
+        return handle
+
+    def _close_source(self) -> None:
+        source, self._source = self._source, None
+        if source is not None:
+            source.close()
+
+    def _fetch(self, kind: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = getattr(self.client, f"list_{kind}")()
+        return items
+
+    def _run(self) -> None:
+        try:
+            while self._handle_batch():
+                pass
+        finally:
+            self._close_source()
+            self._finish()
+
+    def _handle_batch(self) -> bool:
+        """Take everything queued, then refetch each kind it marked changed once; False to stop."""
+        batch = [self._events.get()]
+        while True:
+            try:
+                batch.append(self._events.get_nowait())
+            except queue.Empty:
+                break
+        dirty: set[str] = set()
+        go_on = True
+        for message in batch:
+            if message is _STOP:
+                return False
+            go_on = self._classify(message, dirty) and go_on
+        for kind in self.kinds:
+            if kind in dirty:
+                self._refresh(kind)
+        return go_on
+
+    def _classify(self, message: Any, dirty: set[str]) -> bool:
+        """Mark what ``message`` changed in ``dirty``; False when the source ended for good."""
+        tag = message[0]
+        if tag in (NOTIFICATION, SUBSCRIPTION):
+            kind = _METHOD_KINDS.get(message.method)
+            if kind in self.kinds:
+                dirty.add(kind)
+        elif tag == RECONNECTED:
+            dirty.update(self.kinds)
+        elif tag == SUBSCRIPTION_RESYNC:
+            state = message.state
+            if isinstance(state, tuple) and state[0] == "complete":
+                for kind in self.kinds:
+                    if kind in state[1]:
+                        dirty.discard(kind)  # the snapshot is newer than what came before it
+                        self._publish(kind, list(state[1][kind]))
+            elif isinstance(state, tuple):
+                dirty.update(self.kinds)  # the resync failed: refetch ourselves
+        elif tag in (CLOSED, SUBSCRIPTION_CLOSED):
+            reason = message.reason
+            if isinstance(reason, tuple) and reason[0] == "era_changed" and not self._closed:
+                # The server changed era across a reconnect: follow it in its new era.
+                try:
+                    self._source = self._open()
+                except Error as exc:
+                    logger.warning("catalog of %s: cannot follow the era change: %s", self.client.name, exc)
+                    return False
+                dirty.update(self.kinds)
+                return True
+            return False
+        return True
+
+    def _refresh(self, kind: str) -> None:
+        try:
+            items = self._fetch(kind)
+        except Error as exc:
+            # A Reconnected (or the close) follows a lost connection, and refetches then.
+            logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)
+            return
+        self.refreshes[kind] += 1
+        self._publish(kind, items)
+
+    def _publish(self, kind: str, items: list[dict[str, Any]]) -> None:
+        self._lists[kind] = items
+        message = CatalogChanged("ex_mcp_catalog_changed", self, kind, items)
+        if self._inbox is not None:
+            self._inbox.put(message)
+        else:
+            deliver(self._target, [message])
+
+
+class CatalogCalls:
+    """The :class:`Client` mixin that makes catalogs."""
+
+    def catalog(self, subscriber: Any = None, timeout: float = 5.0) -> Catalog:
+        """A live :class:`Catalog` of this server's tools, prompts and resources.
+
+        Args:
+            subscriber: who gets :class:`CatalogChanged` messages: None (the catalog's
+                inbox), a Thread (the inbox too), a pykka ActorRef, or a ``put()`` object.
+            timeout: seconds for opening the watch (or listen) it rides on.
+
+        Raises:
+            NotConnected, RequestError, RequestTimeout: the first fetch or the watch failed.
+        """
+        return Catalog(self, subscriber, timeout)

@@ -1,0 +1,224 @@
+"""A hub of servers: every server of an ``mcpServers`` config, connected in parallel, watched as one.
+
+Like fastmcp's multi-server ``Client(config)``, but each server keeps its own
+:class:`Client` (nothing is renamed or prefixed): messages and merged catalog
+items say which server they come from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ._catalog import Catalog
+from ._client import Client
+from ._config import ServerSpec, load_config
+from ._connect import connect
+from ._handle import Handle
+from ._inbox import Inbox
+from ._protocol._errors import Error
+
+logger = logging.getLogger("exmcp_actors.hub")
+_G = TypeVar("_G", bound="_Group")
+
+
+class _Group:
+    """Handles on several clients whose messages share one inbox (unless a subscriber was given)."""
+
+    def __init__(self, subscriber: Any) -> None:
+        self._inbox = Inbox() if subscriber is None else None
+        self.subscriber = subscriber if subscriber is not None else self._inbox
+        self.handles: dict[str, Handle] = {}
+        #: name -> why that server has no handle here.
+        self.errors: dict[str, BaseException] = {}
+
+    def _add(self, clients: Mapping[str, Client], make: Callable[[Client], Handle]) -> None:
+        for name, client in clients.items():
+            try:
+                self.handles[name] = make(client)
+            except Error as exc:
+                self.errors[name] = exc
+
+    def _inbox_or_raise(self) -> Inbox:
+        if self._inbox is None:
+            raise RuntimeError("messages go to the subscriber given, not to an inbox here")
+        return self._inbox
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The next message from any server (``msg[1].client.name`` tells which).
+
+        Raises:
+            queue.Empty: nothing arrived in time.
+        """
+        return self._inbox_or_raise().get(timeout)
+
+    def get_nowait(self) -> Any:
+        """The next message if one is waiting (else ``queue.Empty``)."""
+        return self._inbox_or_raise().get(0)
+
+    def pending(self) -> int:
+        return len(self._inbox_or_raise())
+
+    def __iter__(self) -> Iterator[Any]:
+        """Every message, until closed."""
+        inbox = self._inbox_or_raise()
+        while True:
+            try:
+                yield inbox.get()
+            except queue.Empty:
+                return
+
+    def close(self) -> None:
+        """Close every handle; iteration ends once the inbox is drained. Idempotent."""
+        for handle in self.handles.values():
+            handle.close()
+        if self._inbox is not None:
+            self._inbox.finish()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+class HubWatch(_Group):
+    """One :meth:`Client.watch` per server, one inbox (see :meth:`Hub.watch`).
+
+    Attributes:
+        handles: name -> :class:`Watch`. errors: name -> why that server's watch failed.
+    """
+
+
+class HubCatalog(_Group):
+    """The catalogs of every server, merged (see :meth:`Hub.catalog`).
+
+    ``tools``, ``prompts`` and ``resources`` are the servers' lists concatenated in
+    config order, each item a copy with ``"server"`` (the config name) added.
+    The inbox yields each server's :class:`CatalogChanged`.
+    """
+
+    def _merged(self, kind: str) -> list[dict[str, Any]]:
+        return [{**item, "server": name} for name, cat in self.handles.items() for item in getattr(cat, kind)]
+
+    @property
+    def catalogs(self) -> dict[str, Catalog]:
+        return {name: cat for name, cat in self.handles.items() if isinstance(cat, Catalog)}
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self._merged("tools")
+
+    @property
+    def prompts(self) -> list[dict[str, Any]]:
+        return self._merged("prompts")
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return self._merged("resources")
+
+
+class Hub:
+    """Several servers at once. Make it with :meth:`from_config`.
+
+    Attributes:
+        clients: config name -> connected :class:`Client` (``client.name`` is that name).
+        errors: config name -> the exception of a server that failed to connect.
+        specs: config name -> the parsed server entry.
+    """
+
+    def __init__(self, clients: dict[str, Client], errors: dict[str, BaseException], specs: dict[str, ServerSpec]):
+        self.clients = clients
+        self.errors = errors
+        self.specs = specs
+        self._groups: list[_Group] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: str | os.PathLike[str] | Mapping[str, Any], **connect_options: Any) -> Hub:
+        """Connect every server of an ``mcpServers`` config (a JSON file path or the dict), in parallel.
+
+        ``connect_options`` go to every :func:`connect` (``protocol``, ``backoff``,
+        ``connect_timeout``, ...). A server that fails lands in :attr:`errors`; the
+        others still work. Bad config raises :class:`ConfigError` (a ValueError) before
+        anything starts.
+        """
+        specs = load_config(config)
+        clients: dict[str, Client] = {}
+        errors: dict[str, BaseException] = {}
+
+        def start(spec: ServerSpec) -> Client:
+            return connect(spec.transport(), name=spec.name, **connect_options)
+
+        pool = ThreadPoolExecutor(max_workers=min(16, len(specs)), thread_name_prefix="exmcp-hub-connect")
+        futures = {name: pool.submit(start, spec) for name, spec in specs.items()}
+        try:
+            for name, future in futures.items():
+                try:
+                    clients[name] = future.result()
+                except (Error, ValueError, OSError) as exc:
+                    logger.info("hub: server %r failed to connect: %s", name, exc)
+                    errors[name] = exc
+        except BaseException:
+            # Interrupted (Ctrl-C): no server process outlives us, connected or still connecting.
+            pool.shutdown(wait=True, cancel_futures=True)
+            for future in futures.values():
+                if not future.cancelled() and future.exception() is None:
+                    future.result().disconnect(timeout=2.0)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        return cls(clients, errors, specs)
+
+    def watch(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> HubWatch:
+        """One :meth:`Client.watch` per connected server; their messages in one inbox.
+
+        A server whose watch fails is in the result's ``errors``; the others still deliver.
+        """
+        group = HubWatch(subscriber)
+        group._add(self.clients, lambda client: client.watch(filter, group.subscriber, timeout))
+        return self._keep(group)
+
+    def catalog(self, subscriber: Any = None, timeout: float = 5.0) -> HubCatalog:
+        """The merged live catalog of every connected server (see :class:`HubCatalog`)."""
+        group = HubCatalog(subscriber)
+        group._add(self.clients, lambda client: client.catalog(group.subscriber, timeout))
+        return self._keep(group)
+
+    def _keep(self, group: _G) -> _G:
+        with self._lock:
+            self._groups.append(group)
+        return group
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Disconnect every client in parallel, then end every watch and catalog. Idempotent.
+
+        Disconnecting first closes the handles without a round trip per handle, so a
+        hung server costs ``timeout`` once, not once per handle.
+        """
+        threads = [
+            threading.Thread(target=client.disconnect, args=(timeout,), name=f"exmcp-hub-close-{client.name}")
+            for client in self.clients.values()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout + 1.0)
+        with self._lock:
+            groups, self._groups = self._groups, []
+        for group in groups:
+            group.close()
+
+    def __enter__(self) -> Hub:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Hub clients={sorted(self.clients)} errors={sorted(self.errors)}>"
