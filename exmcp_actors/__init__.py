@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from . import _redact
 from ._auth import FileTokenStorage, MemoryTokenStorage, OAuth, TokenStorage
 from ._catalog import Catalog, CatalogChanged
 from ._client import Client
@@ -56,6 +57,7 @@ from ._transport.http import HttpTransport
 from ._version import __version__
 
 logging.getLogger("exmcp_actors").addHandler(logging.NullHandler())
+_redact.install()  # secrets out of our records and our dependencies' (httpx logs request URLs)
 
 __all__ = [
     "LEGACY_VERSIONS",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -30,6 +30,14 @@ def check_timeout(name: str, value: Any) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
+
+
+class PendingRequest(NamedTuple):
+    """A request sent and not yet awaited."""
+
+    request_id: Any
+    method: str
+    future: Future[Any]
 
 
 class ServerCalls:
@@ -56,20 +64,28 @@ class ServerCalls:
         if params is not None and not isinstance(params, dict):
             raise TypeError(f"params must be a dict or None, got {type(params).__name__}")
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+        return self._await_request(self._send_request(method, params), wait)
+
+    def _send_request(self, method: str, params: dict[str, Any] | None) -> PendingRequest:
+        """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`)."""
         request_id = self._ids.next_id()
         future: Future[Any] = Future()
         try:
             self._ref.tell(SendRequest(request_id, method, params, future))
         except pykka.ActorDeadError:
             raise NotConnected("the client is disconnected") from None
+        return PendingRequest(request_id, method, future)
+
+    def _await_request(self, pending: PendingRequest, wait: float) -> Any:
+        """The result of a sent request; on timeout it is cancelled on the wire and RequestTimeout raised."""
         try:
-            return future.result(wait)
+            return pending.future.result(max(0.0, wait))
         except FutureTimeout:
             try:
-                self._ref.tell(CancelRequest(request_id, "timeout"))
+                self._ref.tell(CancelRequest(pending.request_id, "timeout"))
             except pykka.ActorDeadError:
                 pass
-            raise RequestTimeout(f"{method} got no answer within {wait}s") from None
+            raise RequestTimeout(f"{pending.method} got no answer within {wait:g}s") from None
 
     def _paginate(self, method: str, key: str, timeout: float | None) -> list[Any]:
         items: list[Any] = []

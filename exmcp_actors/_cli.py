@@ -67,7 +67,10 @@ def _servers(args: argparse.Namespace, command: list[str], parser: argparse.Argu
         load_config(args.config)  # checked here, so a bad file is one line and status 2
         return args.config
     if args.demo:
-        return {"mcpServers": {"demo": {"command": sys.executable, "args": ["-m", "exmcp_actors._demo"]}}}
+        # The child gets an allow-listed environment; PYTHONPATH lets it find this copy even when not installed.
+        source_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        demo = {"command": sys.executable, "args": ["-m", "exmcp_actors._demo"], "env": {"PYTHONPATH": source_root}}
+        return {"mcpServers": {"demo": demo}}
     if command:
         return {"mcpServers": {os.path.basename(command[0]): {"command": command[0], "args": command[1:]}}}
     parts = urlsplit(args.target)

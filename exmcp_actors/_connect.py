@@ -22,12 +22,15 @@ from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from ._protocol._jsonrpc import RequestBuilder
 from ._protocol._session import SessionConfig
 from ._refcount_worker import RefcountWorker, SharedBook
+from ._shutdown import track
 from ._transport._base import Transport
 from ._version import installed_version
 
 #: What ``clientInfo`` says when the host gives none: the package and its installed version.
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": installed_version()}
 _client_numbers = itertools.count(1)
+#: How long connect() waits past connect_timeout for the client actor to report the outcome.
+_SHELL_GRACE = 2.0
 _URL_SCHEMES = ("ws", "wss", "http", "https")
 
 
@@ -110,7 +113,7 @@ def connect(
     request_timeout: float = 30.0,
     client_info: dict[str, Any] | None = None,
     *,
-    connect_timeout: float = 10.0,
+    connect_timeout: float = 30.0,
     probe_timeout: float = 3.0,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
@@ -128,7 +131,9 @@ def connect(
         backoff: delays between attempts.
         request_timeout: default seconds for each request.
         client_info: ``{"name": ..., "version": ...}`` sent to the server.
-        connect_timeout: seconds for opening the transport and the whole handshake.
+        connect_timeout: seconds the whole ``connect()`` may take (opening the transport, the probe and
+            the handshake); after a loss, each stage of a reconnect (opening, the handshake,
+            resubscribing, re-listening) gets as long again, else the attempt counts as failed.
         probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
         env: for an argv list: environment variables for the server process (see :class:`StdioTransport`).
         cwd: for an argv list: the server process's working directory.
@@ -154,6 +159,7 @@ def connect(
         raise ValueError(f"client_info must be a dict with a 'name' string, got {client_info!r}")
     if name is not None and not (isinstance(name, str) and name):
         raise ValueError(f"name must be a non-empty string, got {name!r}")
+    connect_wait = check_timeout("connect_timeout", connect_timeout)
     session = SessionConfig(
         mode=protocol,
         reconnect=bool(reconnect),
@@ -161,25 +167,31 @@ def connect(
         backoff=backoff or Backoff(),
         probe_timeout=check_timeout("probe_timeout", probe_timeout),
         client_info=dict(client_info or DEFAULT_CLIENT_INFO),
+        stage_timeout=connect_wait,
     )
     built = make_transport(transport, env=env, cwd=cwd, name=name, auth=auth)
-    config = Config(built, check_timeout("connect_timeout", connect_timeout), session)
+    config = Config(built, connect_wait, session)
     request_wait = check_timeout("request_timeout", request_timeout)
     name = name or f"c{next(_client_numbers)}"
     shared = SharedState()
     ids = RequestBuilder()
     ref = ClientActor.start(config, shared, ids, name)
     client = Client(ref, shared, ids, request_wait, name)
+    track(client)  # closed at interpreter exit, before the host's threads are joined
     # The worker's wire calls go out through the client like any other request.
     book = SharedBook()
-    worker = RefcountWorker.start(client.request, ref, shared.adopt_current_thread, book)
+    worker = RefcountWorker.start(client, ref, shared.adopt_current_thread, book)
     client._worker, client._book = worker, book
     ref.tell(Start(worker, client._snapshot))
-    # Opening, the probe and the handshake each have their own timeout; this bounds the sum.
-    deadline = config.connect_timeout * 2 + session.probe_timeout + 1.0
-    if not shared.ready.wait(deadline):
+    # The session's own deadline ends the connect at connect_timeout, naming the stage that ran
+    # out; this wait only guards against a shell too busy to report it.
+    if not shared.ready.wait(connect_wait + _SHELL_GRACE):
         client.disconnect()
-        raise ConnectError(f"no connection to {config.transport.describe()} within {deadline:.1f}s", reason="timeout")
+        raise ConnectError(
+            f"no connection to {config.transport.describe()} within {connect_wait:.1f}s; "
+            "check the server is running and speaks MCP, or raise connect_timeout",
+            reason="timeout",
+        )
     if shared.connect_error is not None:
         client._wait_stopped(config.connect_timeout + 1.0)
         error = shared.connect_error

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
@@ -32,8 +33,18 @@ from ._protocol._refcount import RefcountBook
 
 logger = logging.getLogger("exmcp_actors")
 
-#: ``request(method, params) -> result``; raises the library's errors.
-WireRequest = Callable[[str, dict[str, Any]], Any]
+#: Seconds a resubscription's wire calls may take when the session names no timeout.
+RESUBSCRIBE_TIMEOUT = 30.0
+
+
+class Wire(Protocol):
+    """The client's requests, as the worker uses them (see ``_calls.ServerCalls``)."""
+
+    def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
+
+    def _send_request(self, method: str, params: dict[str, Any] | None) -> Any: ...
+
+    def _await_request(self, pending: Any, wait: float) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +92,14 @@ class RefcountWorker(pykka.ThreadingActor):
 
     def __init__(
         self,
-        request: WireRequest,
+        wire: Wire,
         client_ref: pykka.ActorRef[Any],
         on_thread: Callable[[], None],
         shared: SharedBook | None = None,
     ) -> None:
         super().__init__()
-        self._request = request
+        self._wire = wire
+        self._request = wire.request
         self._client_ref = client_ref
         self._shared = shared if shared is not None else SharedBook()
         self._lock = self._shared.lock
@@ -104,7 +116,7 @@ class RefcountWorker(pykka.ThreadingActor):
                 uris = self._shared.book.forget(message.listener_id)
             self._release_uris(uris)
         elif isinstance(message, Resubscribe):
-            self._resubscribe(message.generation)
+            self._resubscribe(message.generation, message.timeout or RESUBSCRIBE_TIMEOUT)
         elif isinstance(message, Reset):
             with self._lock:
                 self._shared.book = RefcountBook()
@@ -154,22 +166,35 @@ class RefcountWorker(pykka.ThreadingActor):
                     # The server keeps nothing we can fix from here; the count is already gone.
                     logger.warning("resources/unsubscribe %s failed: %s", uri, error)
 
-    def _resubscribe(self, generation: int) -> None:
+    def _resubscribe(self, generation: int, timeout: float) -> None:
+        """Subscribe every held URI again. The calls are all in flight at once and share one
+        deadline, so a slow URI costs the report at most ``timeout``, not ``timeout`` per URI."""
         resubscribed: set[str] = set()
         failed: dict[str, Any] = {}
+        wire = self._wire
         with self._lock:
             held = self._shared.book.held_uris()
+        sent: list[tuple[str, Any]] = []
         for uri in held:
             try:
-                self._request("resources/subscribe", {"uri": uri})
+                sent.append((uri, wire._send_request("resources/subscribe", {"uri": uri})))
             except Error as error:
-                with self._lock:
-                    self._shared.book.mark_lost(uri)
+                failed[uri] = error_term(error)
+        deadline = time.monotonic() + timeout
+        for uri, pending in sent:
+            try:
+                wire._await_request(pending, deadline - time.monotonic())
+            except Error as error:
                 failed[uri] = error_term(error)
             else:
-                with self._lock:
-                    self._shared.book.mark_found(uri)
                 resubscribed.add(uri)
+        with self._lock:
+            book = self._shared.book
+            for uri in held:
+                if uri in resubscribed:
+                    book.mark_found(uri)
+                else:
+                    book.mark_lost(uri)
         try:
             self._client_ref.tell(ResubscribeReport(generation, frozenset(resubscribed), failed))
         except pykka.ActorDeadError:

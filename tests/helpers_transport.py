@@ -320,6 +320,18 @@ def echo_handler(conn: ServerConnection) -> None:
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
+def read_http_head(conn: socket.socket) -> bytes:
+    """Read until the end of an HTTP head (or EOF): the head and whatever followed it."""
+    conn.settimeout(WAIT)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 class RawWsPeer:
     """A hand-made WebSocket server for one connection, to misbehave exactly.
 
@@ -344,13 +356,9 @@ class RawWsPeer:
             conn, _ = self._listener.accept()
         except OSError:
             return
-        conn.settimeout(WAIT)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(4096)
-            if not chunk:
-                return
-            data += chunk
+        data = read_http_head(conn)
+        if b"\r\n\r\n" not in data:
+            return
         head, _, self._buffer = data.partition(b"\r\n\r\n")
         for line in head.decode().split("\r\n")[1:]:
             key, _, value = line.partition(":")

@@ -99,12 +99,15 @@ class FakeMcp:
         probe_status: answer ``server/discover`` with this HTTP status (a
             legacy server); None answers it (a modern server).
         retry_ms: the ``retry:`` value sent at the start of the GET stream.
+        unknown_session_status: 404, or 400 with a plain-text body naming the session.
     """
 
     sessions: bool = True
     get_mode: str | int = "stream"
     probe_status: int | None = None
     retry_ms: int = 20
+    #: How an unknown session id is answered: 404 (the spec) or 400 (the Python SDK 1.x).
+    unknown_session_status: int = 404
     posts: list[Recorded] = field(default_factory=list)
     gets: list[Recorded] = field(default_factory=list)
     deletes: list[Recorded] = field(default_factory=list)
@@ -200,6 +203,9 @@ class FakeMcp:
         if sent is None:
             return _rpc_error_response(400, -32600, "Bad Request: Missing session ID")
         if sent != self.session_id:
+            if self.unknown_session_status == 400:
+                # The Python SDK 1.x's answer to an unknown session id.
+                return Response("Bad Request: No valid session ID provided", status_code=400)
             return _rpc_error_response(404, -32600, "Session not found")
         return None
 

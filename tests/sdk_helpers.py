@@ -31,6 +31,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors import Transport
+from exmcp_actors._transport._watchdog import WATCHDOG
 
 try:  # an optional test dependency ("bench" extra); /proc is the fallback
     import psutil
@@ -433,7 +434,12 @@ def surviving_library_threads(timeout: float = 0.0) -> list[str]:
 
 
 def child_pids() -> set[int]:
-    """Every descendant of this process, zombies included (an unreaped child is a leak too)."""
+    """Every descendant of this process, zombies included (an unreaped child is a leak too),
+    but the stdio watchdog (one per process, started with the first stdio server)."""
+    return _descendants() - {WATCHDOG.pid if WATCHDOG is not None else None}
+
+
+def _descendants() -> set[int]:
     if psutil is not None:
         return {p.pid for p in psutil.Process().children(recursive=True)}
     me = os.getpid()

@@ -51,6 +51,7 @@ from exmcp_actors._protocol._events import (
     SendFailed,
     SendRequest,
     Settle,
+    StageTimeout,
     StartProxy,
     Stop,
     ToWorker,
@@ -72,6 +73,7 @@ INFO = {"name": "t", "version": "1"}
 #: No jitter: every delay is the formula's.
 BACKOFF = Backoff(initial=0.5, factor=2.0, maximum=10.0, jitter=0.0)
 PROBE_TIMEOUT = 2.0
+STAGE_TIMEOUT = 10.0  # the SessionConfig default
 INITIALIZE_RESULT = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "legacy-server"}}
 DISCOVER_RESULT = {"supportedVersions": ["2026-07-28"], "capabilities": {}, "serverInfo": {"name": "modern-server"}}
 UPDATED = "notifications/resources/updated"
@@ -188,14 +190,18 @@ class Driver:
         self.out: Outbox = {}
         #: handle id -> where its messages go (kept after the entry is gone).
         self.routes: dict[Any, Any] = {}
+        #: The stage deadlines the last input armed.
+        self.stage_timers: list[ArmTimer] = []
 
     @property
     def generation(self) -> int:
         return self.session.generation
 
     def take(self) -> list[Effect]:
+        """The last input's effects; stage deadlines are kept apart (tests/test_protocol_stages.py)."""
         effects, self.out = self.session.effects.take()
-        return effects
+        self.stage_timers = [e for e in effects if isinstance(e, ArmTimer) and isinstance(e.event, StageTimeout)]
+        return [e for e in effects if e not in self.stage_timers]
 
     def feed(self, event: Any) -> list[Effect]:
         self.session.handle(event)
@@ -568,6 +574,7 @@ def test_a_successful_reconnect_starts_the_count_of_attempts_afresh() -> None:
     driver.lose()
     assert only(refuse_the_open(driver), OpenTransport)[0].delay == 1.0
     driver.reconnect()
+    driver.feed(ResubscribeReport(driver.generation, frozenset(), {}))  # the reconnect settled
     assert only(driver.lose(), OpenTransport)[0].delay == 0.5
     assert only(refuse_the_open(driver), OpenTransport)[0].delay == 1.0  # not exhausted
 
@@ -678,7 +685,7 @@ def paused_with_three_uris() -> tuple[Driver, Handle, Handle]:
     only_b = driver.listener(uris(B), thread_subscriber())
     driver.lose()
     effects = driver.reconnect()
-    assert only(effects, ToWorker) == [ToWorker(Resubscribe(driver.generation))]
+    assert only(effects, ToWorker) == [ToWorker(Resubscribe(driver.generation, STAGE_TIMEOUT))]
     return driver, everything, only_b
 
 
@@ -1007,7 +1014,7 @@ def test_a_peer_that_turns_legacy_closes_modern_subscriptions_and_watches() -> N
         m.SubscriptionClosed(m.SUBSCRIPTION_CLOSED, subscription, ("era_changed", "legacy"))
     ]
     assert driver.received(watch) == [m.Closed(m.CLOSED, watch, ("era_changed", "legacy"))]
-    assert only(effects, ToWorker) == [ToWorker(Resubscribe(driver.generation))]
+    assert only(effects, ToWorker) == [ToWorker(Resubscribe(driver.generation, STAGE_TIMEOUT))]
     assert driver.session.registry.entries == {}
 
 

@@ -13,7 +13,7 @@ import pytest
 from helpers_transport import RawWsPeer
 
 import exmcp_actors as mcp
-from exmcp_actors.testing import FakeError, FakeServer
+from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
 
 TIMEOUT = 5.0
 URI = "file:///watched.txt"
@@ -126,3 +126,47 @@ def test_a_silent_websocket_peer_is_noticed_by_the_heartbeat_and_the_listener_is
         assert client.status == "disconnected"
     finally:
         peer.close()
+
+
+# Responses whose id is no JSON-RPC id: each must be dropped with a warning, never a traceback.
+BAD_IDS: list[Any] = [[1], {"a": 1}, 1.5, True]
+
+
+@pytest.mark.parametrize("bad_id", BAD_IDS, ids=["array", "object", "fraction", "bool"])
+@pytest.mark.parametrize("kind", ["result", "error"])
+def test_a_response_with_a_bad_id_is_dropped_with_a_rate_limited_warning_and_no_traceback(
+    client: mcp.Client, server: FakeServer, caplog: pytest.LogCaptureFixture, bad_id: Any, kind: str
+) -> None:
+    listener = client.subscribe_notifications({"resourceSubscriptions": [URI]})
+    caplog.set_level(logging.DEBUG)
+    answer = {"result": {}} if kind == "result" else {"error": {"code": -1, "message": "x"}}
+
+    server.send_batch([{"jsonrpc": "2.0", "id": bad_id, **answer}] * 200)
+    server.updated(URI)
+
+    assert listener.get(timeout=TIMEOUT).method == UPDATED
+    assert client.list_tools() is not None
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("exmcp_actors")]
+    assert 1 <= len(warnings) <= 2, [r.getMessage() for r in warnings]  # 200 bad frames, one record
+    assert "id" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("kind", ["result", "error"])
+def test_an_id_equal_to_ours_as_a_number_answers_our_request(client: mcp.Client, server: FakeServer, kind: str) -> None:
+    def answer_with_a_float_id(params: dict[str, Any], ctx: Any) -> Any:
+        assert isinstance(ctx.request_id, int)
+        if kind == "result":
+            ctx.send({"jsonrpc": "2.0", "id": float(ctx.request_id), "result": {"content": [], "n": 7}})
+        else:
+            ctx.send({"jsonrpc": "2.0", "id": float(ctx.request_id), "error": {"code": -5, "message": "no"}})
+        return NO_REPLY
+
+    server.on("tools/call", answer_with_a_float_id)
+
+    if kind == "result":
+        assert client.call_tool("t", {}, timeout=TIMEOUT)["n"] == 7
+    else:
+        with pytest.raises(mcp.RequestError) as info:
+            client.call_tool("t", {}, timeout=TIMEOUT)
+        assert info.value.code == -5

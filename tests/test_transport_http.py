@@ -371,14 +371,19 @@ def test_a_batch_body_is_an_invalid_frame(fake_server, open_transport) -> None:
     assert error["error"]["code"] == HTTP_ERROR
 
 
-def test_an_oversized_event_is_an_invalid_frame_and_the_stream_goes_on(fake_server, open_transport) -> None:
+def test_an_oversized_event_is_an_invalid_frame_and_drops_the_stream(fake_server, open_transport, caplog) -> None:
     _, url = fake_server(sessions=False)
     transport, sink = open_transport(url, max_frame_bytes=1000)
 
     transport.send(request(10, "test/big", {"size": 50_000}))
 
-    assert sink.wait_response(10)["result"] == {"after": "big"}
+    # The stream broke the size cap: it is no longer read (the response behind the event is
+    # not waited for); without SSE ids to resume from, the request fails as a dropped stream.
+    assert sink.wait_response(10)["error"]["code"] == STREAM_DROPPED
     assert isinstance(sink.frames[0], InvalidFrame)
+    assert "SSE stream dropped: the server sent an event larger than 1000 bytes" in caplog.text
+    transport.send(request(11, "test/json"))
+    assert "result" in sink.wait_response(11)  # the transport itself carries on
 
 
 def test_a_404_on_a_session_reports_the_session_expired_after_the_error(fake_server, open_transport) -> None:
@@ -510,6 +515,22 @@ def test_cancel_stream_of_an_unknown_id_is_false(fake_server, open_transport) ->
 
 # --------------------------------------------------------------------------
 # The legacy GET stream
+
+
+def test_an_oversized_event_on_the_get_stream_drops_it_and_the_stream_is_reopened(fake_server, open_transport) -> None:
+    fake, url = fake_server(retry_ms=10)
+    transport, sink = open_transport(url, max_frame_bytes=1000)
+    start_legacy_session(transport, sink)
+    transport.negotiated(LEGACY, "legacy")
+    assert fake.wait_until(lambda: fake.get_streams_open == 1)
+
+    fake.push(notification("notifications/message", {"data": "x" * 5000}))
+    assert fake.wait_until(lambda: len(fake.gets) == 2 and fake.get_streams_open == 1)
+    fake.push(notification("notifications/prompts/list_changed"))
+
+    sink.wait_until(lambda: len(sink.notifications("notifications/prompts/list_changed")) == 1)
+    assert fake.gets[1].headers["last-event-id"] == "e1"  # resumed after the bad event, not before it
+    assert not sink.lost
 
 
 def test_the_get_stream_delivers_server_messages_and_resumes_after_a_drop(fake_server, open_transport) -> None:

@@ -34,7 +34,7 @@ from helpers_transport import (
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport._framing import LineSplitter
-from exmcp_actors._transport._stdio import StdioTransport
+from exmcp_actors._transport._stdio import DEFAULT_INHERITED_ENV_VARS, StdioTransport
 
 MakeTransport = Callable[..., StdioTransport]
 
@@ -191,6 +191,52 @@ def test_env_is_laid_over_the_inherited_environment_and_cwd_is_used(make: MakeTr
     _, sink = opened(make, script, env={"EXMCP_X": "y"}, cwd=str(tmp_path))
 
     assert sink.wait_frames(1) == [{"x": "y", "path": True, "cwd": str(tmp_path)}]
+
+
+ENV_DUMP = py(
+    """
+    import json, os, sys
+    print(json.dumps(dict(os.environ)), flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_the_child_inherits_only_the_allow_listed_environment_plus_env(
+    make: MakeTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXMCP_SECRET_TOKEN", "hunter2")
+    monkeypatch.setenv("SHELL", "() { :; }; echo pwned")  # an exported shell function is never passed on
+
+    _, sink = opened(make, ENV_DUMP, env={"EXMCP_GIVEN": "1", "TERM": "given-wins"})
+
+    env = sink.wait_frames(1)[0]
+    assert "EXMCP_SECRET_TOKEN" not in env
+    assert env["EXMCP_GIVEN"] == "1" and env["TERM"] == "given-wins"
+    assert env["PATH"] == os.environ["PATH"] and "SHELL" not in env
+    inherited = set(env) - {"EXMCP_GIVEN"} - _ADDED_BY_THE_CHILD
+    assert inherited <= set(DEFAULT_INHERITED_ENV_VARS), inherited
+
+
+def test_inherit_env_passes_the_whole_environment(make: MakeTransport, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXMCP_SECRET_TOKEN", "hunter2")
+
+    _, sink = opened(make, ENV_DUMP, inherit_env=True, env={"EXMCP_GIVEN": "1"})
+
+    env = sink.wait_frames(1)[0]
+    assert env["EXMCP_SECRET_TOKEN"] == "hunter2" and env["EXMCP_GIVEN"] == "1"
+
+
+#: Variables the Python runtime of the child sets for itself (not inherited from us).
+_ADDED_BY_THE_CHILD = {"LC_CTYPE", "__CF_USER_TEXT_ENCODING", "PYTHONUNBUFFERED"}
+
+
+def test_argv_beyond_the_program_stays_out_of_reprs_and_errors() -> None:
+    transport = StdioTransport(["/nonexistent/server", "--token", "hunter2"])
+    assert "hunter2" not in repr(transport)
+    with pytest.raises(TransportError) as info:
+        transport.open(lambda frames: None, timeout=1.0)  # type: ignore[arg-type]
+    assert "hunter2" not in str(info.value) and "/nonexistent/server" in str(info.value)
 
 
 def test_send_never_blocks_on_a_child_that_does_not_read(make: MakeTransport) -> None:

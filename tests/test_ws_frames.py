@@ -225,7 +225,7 @@ def test_an_oversized_message_is_skipped_as_it_arrives_not_buffered() -> None:
 
     for start in range(0, len(data), 65536):
         events += parser.feed(data[start : start + 65536])
-        held.append(parser._parts_len + parser._frag_len + len(parser._preview))
+        held.append(parser.held)
 
     assert events == [Oversized(len(payload), payload[:RAW_PREVIEW_BYTES]), (OP_TEXT, b'{"after":1}')]
     assert max(held) <= 65536

@@ -136,6 +136,15 @@ class ProbeTimeout(NamedTuple):
     request_id: Any
 
 
+class StageTimeout(NamedTuple):
+    """A stage of this generation's connect or reconnect ran out of time (see ``_stages``)."""
+
+    generation: int
+    stage: str
+    #: Which entry into a stage armed it: only the stage in hand counts.
+    serial: int
+
+
 class Relisten(NamedTuple):
     """The backoff after a subscription's own stream dropped is over: listen again."""
 
@@ -182,9 +191,11 @@ class Release(NamedTuple):
 
 
 class Resubscribe(NamedTuple):
-    """After a reconnect: subscribe every held URI again and report (tell)."""
+    """After a reconnect: subscribe every held URI again, concurrently, and report (tell)."""
 
     generation: int
+    #: Seconds each wire call may take; a URI not answered in time is reported as failed.
+    timeout: float | None = None
 
 
 class Reset(NamedTuple):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import jsonrpcclient
 
@@ -103,6 +103,22 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
+def _answer_id(value: Any) -> Any:
+    """A response's id as we sent it, or ``_BAD_ID``.
+
+    JSON has one number type: ``7.0`` is our ``7`` (some peers round-trip ids
+    through doubles), and is looked up as such for results and errors alike.
+    """
+    if _is_id(value):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _BAD_ID
+
+
+_BAD_ID: Final = object()
+
+
 def classify(frame: Any) -> Incoming:
     """Sort one decoded frame into the message kinds the client acts on."""
     if isinstance(frame, InvalidFrame):
@@ -130,16 +146,19 @@ def classify(frame: Any) -> Incoming:
         return Invalid("neither a request, a notification nor a response", frame)
     if ("result" in frame) == ("error" in frame):
         return Invalid("a response must have exactly one of 'result' and 'error'", frame)
+    answer_id = _answer_id(frame["id"])
     if "error" in frame:
-        return _error_response(frame)
-    if not _is_id(frame["id"]):
+        if answer_id is _BAD_ID and frame["id"] is not None:  # null: the server could not read our id
+            return Invalid("a response id must be a string, an integer or null", frame)
+        return _error_response(frame, None if answer_id is _BAD_ID else answer_id)
+    if answer_id is _BAD_ID:
         return Invalid("a response id must be a string or an integer", frame)
     parsed = jsonrpcclient.parse(frame)
     assert isinstance(parsed, jsonrpcclient.Ok)  # classified above: a single success response
-    return Response(parsed.id, parsed.result)
+    return Response(answer_id, parsed.result)
 
 
-def _error_response(frame: dict[str, Any]) -> Incoming:
+def _error_response(frame: dict[str, Any], answer_id: Any) -> Incoming:
     error = frame["error"]
     if not isinstance(error, dict) or not isinstance(error.get("code"), int) or isinstance(error.get("code"), bool):
         return Invalid("an error response needs an error object with an integer code", frame)
@@ -147,7 +166,7 @@ def _error_response(frame: dict[str, Any]) -> Incoming:
     parsed = jsonrpcclient.parse(
         {
             "jsonrpc": JSONRPC,
-            "id": frame["id"],
+            "id": answer_id,
             "error": {**error, "message": message if isinstance(message, str) else ""},
         }
     )

@@ -16,6 +16,7 @@ from . import _events as ev
 from . import _jsonrpc as rpc
 from ._errors import ConnectError, ConnectionLost
 from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, SendFrame
+from ._stages import CONNECT, StageClock
 from ._state import ConnectionState, Move, Phase
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ class Lifecycle:
         self.handshake: Handshake | None = None
         #: What the last handshake negotiated (None before the first).
         self.negotiated: Negotiated | None = None
+        #: Every stage of a connect or reconnect runs under a deadline (see ``_stages``).
+        self.stages = StageClock(self._fx, self.config.stage_timeout)
+        #: The modern subscriptions a reconnect re-listened, until each is acknowledged again.
+        self._relistening: set[Any] = set()
 
     @property
     def ready(self) -> bool:
@@ -58,10 +63,18 @@ class Lifecycle:
 
     def start(self) -> None:
         self._open(delay=0.0)
+        self.stages.arm_connect(self.generation)
 
     def _open(self, delay: float) -> None:
         self.generation += 1
         self._fx.do(ev.OpenTransport(self.generation, delay))
+        self.stages.enter("open", self.generation, extra=delay)
+
+    def _settle(self) -> None:
+        """Every stage of this connection is done: the next loss starts a fresh count of attempts."""
+        self.stages.settle()
+        self.attempts = 0
+        self._relistening.clear()
 
     def stop(self, reason: Any) -> None:
         """Close for good: from now on the client is disconnected, whatever arrives before the shell stops."""
@@ -116,6 +129,11 @@ class Lifecycle:
                 logger.warning("%s: handshake failed: %s", self.name, action.error)
                 self._drop_connection()
                 self._attempt_failed(action.error)
+        if not self.ready and not self.closing and self.handshake is not None:
+            phase = self.connection.phase
+            if phase in (Phase.PROBING, Phase.INITIALIZING):
+                stage = "discover" if phase is Phase.PROBING else "initialize"
+                self.stages.enter(stage, self.generation)
 
     def _handshake_answer(self, answer: rpc.Response | rpc.ErrorResponse) -> None:
         if self.handshake is not None:
@@ -139,20 +157,60 @@ class Lifecycle:
     def _negotiated(self, result: Negotiated) -> None:
         previous_era = self.era
         self.negotiated = result
-        self.attempts = 0
         self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era))
         first = not self.connection.was_ready
         self.connection.move(Move.NEGOTIATED)
         logger.info("%s: ready, MCP %s (%s era)", self.name, result.protocol_version, result.era)
         if first:
+            self._settle()
             return
         if previous_era != result.era:
             self._era_changed(result.era)
+        timeout = self.config.stage_timeout
         if result.era == "legacy":
-            self._fx.do(ev.ToWorker(ev.Resubscribe(self.generation)))
+            self._fx.do(ev.ToWorker(ev.Resubscribe(self.generation, timeout)))
+            # Each wire call has the timeout; the margin bounds the worker itself.
+            self.stages.enter("resubscribe", self.generation, extra=timeout)
+            return
+        self._session.listeners.resume()
+        self._relistening = set(self._session.subscriptions.relisten_dropped())
+        if self._relistening:
+            self.stages.enter("relisten", self.generation)
         else:
-            self._session.listeners.resume()
-            self._session.subscriptions.relisten_dropped()
+            self._settle()
+
+    def resubscribed(self) -> None:
+        """The worker reported the resubscription of this connection."""
+        if self.stages.stage == "resubscribe":
+            self._settle()
+
+    def relistened(self, handle_id: Any) -> None:
+        """A subscription re-listened by the reconnect was acknowledged (or ended)."""
+        self._relistening.discard(handle_id)
+        if not self._relistening and self.stages.stage == "relisten":
+            self._settle()
+
+    def stage_timeout(self, message: ev.StageTimeout) -> None:
+        if self.closing:
+            return
+        stages = self.stages
+        if message.stage == CONNECT:
+            if self.connection.was_ready or stages.settled:
+                return
+        elif message.generation != self.generation or not stages.owns(message):
+            return
+        if stages.stage == "relisten":
+            entries = self._session.registry.entries
+            waiting = [h for h in self._relistening if h in entries and entries[h].state == "relistening"]
+            if not waiting:
+                self._settle()  # the rest ended meanwhile (closed, or refused by the server)
+                return
+        error = stages.error(message)
+        logger.warning("%s: %s", self.name, error)
+        self._drop_connection()
+        if self.ready:
+            self._lose_ready()
+        self._attempt_failed(error)
 
     def _era_changed(self, era: str) -> None:
         logger.warning("%s: the peer now speaks the %s era", self.name, era)
@@ -183,14 +241,23 @@ class Lifecycle:
             # The attempt opened but was lost before it was ready: it counts as a failed attempt.
             self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
             return
+        settled = self.stages.settled
+        self._lose_ready()
+        if not settled:
+            # Lost again before the reconnect's resubscription finished: that attempt failed.
+            self._attempt_failed(ConnectError(f"the connection closed while resubscribing: {message.reason}"))
+            return
+        self.attempts = 0
+        self._open(self.config.backoff.delay(1))
+
+    def _lose_ready(self) -> None:
+        """A ready connection is gone: hold legacy delivery, and re-listen modern subscriptions later."""
         self.connection.move(Move.LOST)
         if self.era == "legacy":
             self._session.listeners.pause()
         for entry in self._session.registry.of_era("modern"):
             # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
             self._session.subscriptions.stream_dropped(entry)
-        self.attempts = 0
-        self._open(self.config.backoff.delay(1))
 
     def close(self, reason: Any) -> None:
         """The client is going down for good."""

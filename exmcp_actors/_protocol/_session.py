@@ -30,6 +30,7 @@ from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notifica
 from ._lifecycle import Lifecycle
 from ._listeners import Listeners
 from ._pending import PendingTable
+from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
 from ._subscriptions import Subscriptions
 
@@ -44,6 +45,8 @@ class SessionConfig:
     backoff: Backoff
     probe_timeout: float
     client_info: dict[str, Any]
+    #: Seconds each stage of a connect or reconnect may take (see ``_stages``).
+    stage_timeout: float = 10.0
 
 
 class Session:
@@ -55,6 +58,8 @@ class Session:
         self.config = config
         self.ids = ids
         self.name = name
+        #: Bad frames and stray answers from the server: logged, at a bounded rate.
+        self._bad_input = RateLimitedLog(logger)
         self.effects = ev.Effects()
         self.pending = PendingTable(self.effects)
         self.registry = Registry(index if index is not None else ListenerIndex(), self.effects)
@@ -136,7 +141,8 @@ class Session:
                 else:
                     dispatch(index, parts[0], parts[1], out)
             except Exception:  # one bad frame must never take the client down
-                logger.exception("%s: failed to handle frame %.200r", self.name, frame)
+                # Rate-limited too: a frame that trips a bug may come once per read.
+                self._bad_input.warning("failed", "%s: failed to handle frame %.200r", self.name, frame, exc_info=True)
 
     def _on_frame(self, frame: rpc.Frame) -> None:
         msg = rpc.classify(frame)
@@ -147,7 +153,9 @@ class Session:
         elif isinstance(msg, rpc.ServerRequest):
             self._on_server_request(msg)
         else:
-            logger.warning("%s: skipped an invalid frame from the server: %s (%.200r)", self.name, msg.why, msg.frame)
+            self._bad_input.warning(
+                "invalid", "%s: skipped an invalid frame from the server: %s (%.200r)", self.name, msg.why, msg.frame
+            )
 
     def _on_server_request(self, msg: rpc.ServerRequest) -> None:
         if msg.method == "ping":
@@ -161,7 +169,9 @@ class Session:
         if entry is not None:
             self.subscriptions.answered(entry, msg)
         elif not self.pending.answer(msg):
-            logger.warning("%s: a response to an unknown request id %r was skipped", self.name, msg.id)
+            self._bad_input.warning(
+                "unknown-id", "%s: a response to an unknown request id %.100r was skipped", self.name, msg.id
+            )
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         if for_a_subscription(method, params):
@@ -270,6 +280,7 @@ class Session:
             logger.debug("%s: discarding a stale resubscribe report", self.name)
             return
         self.listeners.resume(report)
+        self.life.resubscribed()
 
     def _relisten(self, message: ev.Relisten) -> None:
         self.subscriptions.relisten(message, self.ready and self.era == "modern")
@@ -286,6 +297,7 @@ class Session:
             ev.Lost: life.lost,
             ev.SendFailed: self._send_failed,
             ev.ProbeTimeout: life.probe_timeout,
+            ev.StageTimeout: life.stage_timeout,
             ev.SendRequest: self._send_request,
             ev.CancelRequest: self._cancel_request,
             ev.RegisterListener: self._register_listener,

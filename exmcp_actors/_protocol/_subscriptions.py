@@ -62,11 +62,16 @@ class Subscriptions:
         params = with_modern_meta({"notifications": entry.requested.as_dict()}, session.config.client_info)
         session.effects.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
 
-    def relisten_dropped(self) -> None:
-        """On a new modern connection: listen again for every entry whose stream dropped."""
+    def relisten_dropped(self) -> list[Any]:
+        """On a new modern connection: listen again for every entry whose stream dropped.
+
+        Returns the ids of the handles re-listened."""
+        relistened = []
         for entry in self._registry.of_era("modern"):
             if entry.state == "relistening" and entry.listen_id is None:
                 self.listen(entry)
+                relistened.append(entry.handle.id)
+        return relistened
 
     def owns(self, request_id: Any) -> Entry | None:
         return self._registry.by_listen_id.get(request_id)
@@ -117,6 +122,8 @@ class Subscriptions:
             return
         first = entry.state == "awaiting_ack"
         entry.acknowledged = ack
+        if not first:
+            self._session.life.relistened(handle_id=entry.handle.id)
         handle = entry.handle
         if hasattr(handle, "acknowledged_filter"):
             handle.acknowledged_filter = ack.as_dict()

@@ -149,6 +149,10 @@ def oversized_error(size: int | None, limit: int) -> str:
     return f"oversized frame: {size} bytes, more than max_frame_bytes={limit}"
 
 
+#: Pieces of a partial line kept as they came before they are folded into one buffer.
+_MAX_PIECES: Final = 16
+
+
 class LineSplitter:
     """Turns chunks of a newline-delimited JSON stream into frames.
 
@@ -169,7 +173,7 @@ class LineSplitter:
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max = max_frame_bytes
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
         self._parts_len = 0
         self._discarding = False
 
@@ -216,8 +220,18 @@ class LineSplitter:
     def _keep_partial(self, piece: bytes, out: list[Frame]) -> None:
         if not piece:
             return
-        self._parts.append(piece)
+        parts = self._parts
+        parts.append(piece)
         self._parts_len += len(piece)
+        if len(parts) > _MAX_PIECES:
+            # A trickle (a byte per read): fold the pieces into one bytearray, so a
+            # byte held costs a byte, not a bytes object; each byte is copied once.
+            head = parts[0]
+            if isinstance(head, bytearray):
+                head += b"".join(parts[1:])
+                del parts[1:]
+            else:
+                parts[:] = [bytearray(b"".join(parts))]
         if self._parts_len > self._max:
             preview = b"".join(self._parts)[:RAW_PREVIEW_BYTES]
             out.append(invalid_frame(oversized_error(None, self._max), preview))

@@ -18,7 +18,6 @@ import collections
 import logging
 import os
 import select
-import shlex
 import signal
 import subprocess
 import threading
@@ -28,6 +27,7 @@ from typing import Any, Final
 from .._protocol._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
+from ._watchdog import WATCHDOG
 
 logger = logging.getLogger("exmcp_actors.transport")
 #: The child's stderr, one INFO record per line, prefixed with the server's name.
@@ -43,6 +43,16 @@ _EXIT_CODE_WAIT: Final = 1.0
 _STDERR_DRAIN_WAIT: Final = 0.5
 #: In close(), how long the writer may take to flush and close stdin.
 _FLUSH_WAIT: Final = 0.5
+#: What a child inherits by default, as in the official MCP SDKs (``get_default_environment``):
+#: enough to find programs and a home, nothing that may hold a secret.
+DEFAULT_INHERITED_ENV_VARS: Final = (
+    (
+        *("APPDATA", "HOMEDRIVE", "HOMEPATH", "LOCALAPPDATA", "PATH", "PATHEXT", "PROCESSOR_ARCHITECTURE"),
+        *("PROGRAMFILES", "SYSTEMDRIVE", "SYSTEMROOT", "TEMP", "USERNAME", "USERPROFILE"),
+    )
+    if os.name == "nt"
+    else ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+)
 _INTERPRETERS: Final = frozenset(
     {
         "python",
@@ -71,6 +81,23 @@ def _default_name(argv: Sequence[str]) -> str:
             if not arg.startswith("-"):
                 return f"{program} {os.path.basename(arg)}"
     return program
+
+
+def _argv_text(argv: Sequence[str]) -> str:
+    """The program and how many arguments follow: arguments may hold secrets (tokens, keys)."""
+    extra = len(argv) - 1
+    return argv[0] + (f" (+{extra} argument{'s' if extra != 1 else ''})" if extra else "")
+
+
+def default_environment() -> dict[str, str]:
+    """The allow-listed part of this process's environment (see ``DEFAULT_INHERITED_ENV_VARS``)."""
+    env: dict[str, str] = {}
+    for key in DEFAULT_INHERITED_ENV_VARS:
+        value = os.environ.get(key)
+        # "()..." is an exported shell function (the Shellshock vector): never passed on.
+        if value is not None and not value.startswith("()"):
+            env[key] = value
+    return env
 
 
 def _exit_text(returncode: int | None) -> str:
@@ -137,8 +164,13 @@ class StdioTransport(Transport):
 
     Args:
         argv: the command line, e.g. ``["python", "server.py"]``.
-        env: extra environment variables, laid over this process's
-            environment (``None``: inherit it unchanged).
+        env: environment variables for the child, laid over the inherited
+            ones (a value may override an inherited one).
+        inherit_env: pass the child this process's whole environment. By
+            default it inherits only ``DEFAULT_INHERITED_ENV_VARS`` (``HOME``,
+            ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``; their
+            equivalents on Windows), as the official MCP SDKs do, so that
+            secrets in the host's environment do not leak to a server.
         cwd: working directory of the child.
         max_frame_bytes: longest accepted line; a longer one becomes a single
             InvalidFrame and is skipped without being buffered.
@@ -159,6 +191,7 @@ class StdioTransport(Transport):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         *,
+        inherit_env: bool = False,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         stop_timeout: float = 2.0,
         startup_grace: float = 0.05,
@@ -168,6 +201,7 @@ class StdioTransport(Transport):
             raise ValueError("argv must be a non-empty list of strings")
         self.argv = list(argv)
         self.env = dict(env) if env is not None else None
+        self.inherit_env = inherit_env
         self.cwd = cwd
         self.max_frame_bytes = max_frame_bytes
         self.stop_timeout = stop_timeout
@@ -204,7 +238,7 @@ class StdioTransport(Transport):
         return f"stdio {self.name}"
 
     def __repr__(self) -> str:
-        return f"StdioTransport({shlex.join(self.argv)!r})"
+        return f"StdioTransport({_argv_text(self.argv)!r})"
 
 
 class _StdioConnection:
@@ -224,7 +258,7 @@ class _StdioConnection:
 
     def start(self, timeout: float) -> None:
         t = self.t
-        env = None if t.env is None else {**os.environ, **t.env}
+        env = {**(os.environ if t.inherit_env else default_environment()), **(t.env or {})}
         try:
             self.proc = subprocess.Popen(
                 t.argv,
@@ -234,17 +268,24 @@ class _StdioConnection:
                 bufsize=0,
                 env=env,
                 cwd=t.cwd,
+                # Its own group: signals reach its children too, a terminal's Ctrl-C
+                # leaves it to us, and the watchdog can end the group if we die.
+                process_group=0 if WATCHDOG is not None else None,
             )
         except (OSError, ValueError) as exc:
-            raise TransportError(f"{self.label}: cannot start {shlex.join(t.argv)!r}: {exc}") from exc
+            raise TransportError(f"{self.label}: cannot start {_argv_text(t.argv)!r}: {exc}") from exc
+        if WATCHDOG is not None:
+            WATCHDOG.watch(self.proc.pid)
         try:
             self._start_threads(timeout)
         except BaseException:
             # Never leave a process or a thread behind a failed open().
             self.latch.close()
             if self.proc.poll() is None:
-                self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait()
+            if WATCHDOG is not None:
+                WATCHDOG.release(self.proc.pid)
             if self.writer is not None:
                 self.writer.stop()
                 join_thread(self.writer.thread, _FLUSH_WAIT, self.label)
@@ -260,7 +301,7 @@ class _StdioConnection:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self.label = f"{t.describe()} [pid {proc.pid}]"
         self.latch.name = self.label
-        logger.debug("%s: started %s", self.label, shlex.join(t.argv))
+        logger.debug("%s: started %s", self.label, _argv_text(t.argv))
 
         pidfd = _open_pidfd(proc.pid)
         stderr_pidfd = os.dup(pidfd) if pidfd is not None else None
@@ -314,7 +355,7 @@ class _StdioConnection:
             join_thread(self.writer.thread, min(_FLUSH_WAIT, timeout))
         if proc.poll() is None:
             try:
-                proc.terminate()
+                self._signal(signal.SIGTERM)
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 logger.warning(
@@ -322,13 +363,15 @@ class _StdioConnection:
                     self.label,
                     timeout,
                 )
-                proc.kill()
+                self._signal(signal.SIGKILL)
                 try:
                     proc.wait(timeout)
                 except subprocess.TimeoutExpired:
                     logger.error("%s: still alive after SIGKILL", self.label)
             except OSError:
                 pass  # already gone
+        if WATCHDOG is not None and proc.returncode is not None:
+            WATCHDOG.release(proc.pid)
         logger.debug("%s: stopped (%s)", self.label, _exit_text(proc.returncode))
         for thread in (
             self.reader,
@@ -336,6 +379,16 @@ class _StdioConnection:
             self.writer.thread if self.writer else None,
         ):
             join_thread(thread, timeout, self.label)
+
+    def _signal(self, sig: int) -> None:
+        """Signal the child's process group (its own children too), or the child alone."""
+        if WATCHDOG is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+                return
+            except OSError:
+                pass  # its group is gone (it may have left it): the child itself
+        self.proc.send_signal(sig)
 
     # -- threads -----------------------------------------------------------
 

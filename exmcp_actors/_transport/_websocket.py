@@ -24,9 +24,10 @@ Threads per connection (all daemons, all ended by ``close()`` or by the loss):
 - ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one
   thread only because websocket-client sends must be serialised;
 - no heartbeat thread: the process-wide scheduler (``_scheduler``) asks for
-  a ping every ``heartbeat_interval``; if no frame at all (pong or other)
+  a ping every ``heartbeat_interval``; if no complete frame (pong or other)
   arrives within ``heartbeat_timeout`` after it, reports the loss and aborts
-  the socket. A peer that falls silent is so detected within
+  the socket. A peer that falls silent, or only trickles the bytes of an
+  unfinished frame, is so detected within
   ``heartbeat_interval + heartbeat_timeout``.
 
 Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
@@ -48,6 +49,7 @@ import websocket
 
 from .._auth import OAuth
 from .._protocol._errors import TransportError
+from .._redact import redact_url
 from .._scheduler import TimerSlot
 from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
 from ._framing import (
@@ -74,16 +76,6 @@ _READ_SIZE: Final = 65536
 
 # Exceptions that mean "this connection is broken" wherever they come from.
 _IO_ERRORS: Final = (websocket.WebSocketException, OSError)
-
-
-def _redact(url: str) -> str:
-    """The URL without credentials, query or fragment (they may hold secrets)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _close_frame_text(data: bytes) -> str:
@@ -134,7 +126,7 @@ class WebSocketTransport(Transport):
     ) -> None:
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("ws", "wss"):
-            raise ValueError(f"not a WebSocket URL (ws:// or wss://): {_redact(url)!r}")
+            raise ValueError(f"not a WebSocket URL (ws:// or wss://): {redact_url(url)!r}")
         for key, value in (headers or {}).items():
             if any(c in f"{key}{value}" for c in "\r\n\0"):
                 raise ValueError(f"header {key!r} holds a line break or NUL")
@@ -181,10 +173,10 @@ class WebSocketTransport(Transport):
 
     def describe(self) -> str:
         """``websocket <url without credentials or query>``."""
-        return f"websocket {_redact(self.url)}"
+        return f"websocket {redact_url(self.url)}"
 
     def __repr__(self) -> str:
-        return f"WebSocketTransport({_redact(self.url)!r})"
+        return f"WebSocketTransport({redact_url(self.url)!r})"
 
 
 class _WsConnection:
@@ -201,7 +193,7 @@ class _WsConnection:
         )
         self.sock: socket.socket | None = None
         self.subprotocol: str | None = None
-        #: When the reader last received bytes (any frame, pongs too), for the heartbeat.
+        #: When the reader last received a complete frame (pongs too), for the heartbeat.
         self.last_rx = time.monotonic()
         #: The reader is inside the sink.
         self.delivering = False
@@ -232,12 +224,15 @@ class _WsConnection:
                 options[key.lower()] = value
             else:
                 header[key] = value
+        # Redirects are refused: websocket-client would follow them re-sending our
+        # headers (Authorization included), even from wss:// to ws://.
+        options["redirect_limit"] = 0
         try:
             self._connect(options, header)
             self.ws.settimeout(None)  # blocking from now on: see the module docstring
         except (*_IO_ERRORS, ValueError) as exc:
             self.ws.shutdown()  # type: ignore[no-untyped-call]
-            raise TransportError(f"{self.label}: cannot connect: {exc}") from exc
+            raise TransportError(f"{self.label}: cannot connect: {self._refusal(exc)}") from exc
         self.sock = self.ws.sock
         self.subprotocol = self.ws.getsubprotocol()
         logger.debug("%s: connected (subprotocol %r)", self.label, self.subprotocol)
@@ -268,6 +263,19 @@ class _WsConnection:
                     raise
                 self.ws.shutdown()  # type: ignore[no-untyped-call]
         raise TransportError(f"{self.label}: the server refused every new token")
+
+    def _refusal(self, exc: Exception) -> str:
+        """Why the handshake failed, without the response's headers or body (they may hold secrets)."""
+        response = getattr(self.ws, "handshake_response", None)
+        status = getattr(response, "status", None) or getattr(exc, "status_code", None)
+        if isinstance(status, int) and 300 <= status < 400:
+            headers = getattr(response, "headers", None) or getattr(exc, "resp_headers", None) or {}
+            location = headers.get("location")
+            target = redact_url(urllib.parse.urljoin(self.t.url, location)) if location else "nowhere (no Location)"
+            return f"the server redirects (HTTP {status}) to {target}; redirects are not followed, use that URL"
+        if isinstance(exc, websocket.WebSocketBadStatusException):
+            return f"the server refused the WebSocket handshake with HTTP {exc.status_code} {exc.status_message}"
+        return str(exc)
 
     def send(self, data: bytes) -> None:
         if not self.latch.active:
@@ -368,16 +376,22 @@ class _WsConnection:
         sock = self.sock
         assert sock is not None
         parser = FrameParser(self.t.max_frame_bytes)
+        seen = 0
         try:
             data = self._buffered_by_client()
             while True:
                 if data:
-                    end = self._handle(parser.feed(data))
+                    events = parser.feed(data)
+                    if parser.frames != seen:
+                        # Only a complete frame (a pong too) proves the peer alive: a peer
+                        # trickling one unfinished frame must not keep the link "up".
+                        seen = parser.frames
+                        self.last_rx = time.monotonic()
+                    end = self._handle(events)
                     if end is not None:
                         self._reader_lost(end)
                         return
                 data = self._recv(sock)
-                self.last_rx = time.monotonic()  # any bytes: a pong or a partial frame count too
                 if not data:
                     self._reader_lost("peer dropped the connection without a close frame")
                     return

@@ -7,8 +7,10 @@ hold, in order:
   reassembled from its continuation frames;
 - ``(OP_PING, payload)``, ``(OP_PONG, payload)``, ``(OP_CLOSE, payload)``:
   control frames (they may arrive between the fragments of a message);
-- :class:`Oversized`: a message larger than ``max_frame_bytes``, reported once
-  when it ends; its payload is skipped as it arrives, never held whole;
+- :class:`Oversized`: a message larger than ``max_frame_bytes`` (each kept
+  fragment counting ``FRAGMENT_OVERHEAD`` bytes more), or of more than
+  ``MAX_FRAGMENTS`` fragments, reported once when it ends; its payload is
+  skipped as it arrives, never held whole;
 - :class:`ProtocolError`: the stream breaks the protocol; nothing more is parsed.
 
 Nothing is parsed after a close frame either. No extension is negotiated by
@@ -17,7 +19,9 @@ this client, so any RSV bit is an error; server frames must not be masked.
 It is on the reader's hot path: the common frame (unfragmented, unmasked,
 whole in the buffer) costs a few byte reads and one slice, and the unconsumed
 tail is kept once per ``feed``, not copied per frame. An incomplete frame's
-pieces are kept in a list and joined only once enough bytes have arrived.
+bytes are gathered in one bytearray (a peer trickling a byte per read costs a
+byte each, not a bytes object each). ``frames`` counts the complete frames
+seen: only a complete frame proves the peer alive.
 
 Example:
     >>> p = FrameParser(max_frame_bytes=1024)
@@ -44,6 +48,11 @@ OP_PONG: Final = 0xA
 _CONTROL_OPCODES: Final = frozenset((OP_CLOSE, OP_PING, OP_PONG))
 #: Largest control frame payload (RFC 6455 section 5.5).
 MAX_CONTROL_PAYLOAD: Final = 125
+#: What a kept fragment costs besides its payload (a bytes object and a list slot), counted
+#: against the message's size limit: tiny or empty fragments cannot grow memory past the wire.
+FRAGMENT_OVERHEAD: Final = 64
+#: Most fragments one message may have; more and it is handled as oversized.
+MAX_FRAGMENTS: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,7 @@ class FrameParser:
     __slots__ = (
         "_done",
         "_frag",
+        "_frag_count",
         "_frag_len",
         "_frag_op",
         "_max",
@@ -79,22 +89,22 @@ class FrameParser:
         "_over",
         "_over_size",
         "_parts",
-        "_parts_len",
         "_preview",
         "_skip",
         "_skip_fin",
+        "frames",
     )
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max = max_frame_bytes
         #: Unparsed bytes (the start of an incomplete frame), and how many are needed.
-        self._parts: list[bytes] = []
-        self._parts_len = 0
+        self._parts = bytearray()
         self._need = 0
         #: The fragmented message being received: its opcode (0: none) and pieces.
         self._frag_op = 0
         self._frag: list[bytes] = []
-        self._frag_len = 0
+        self._frag_len = 0  # payload plus FRAGMENT_OVERHEAD per fragment
+        self._frag_count = 0
         #: The current message is oversized: its size so far and first bytes.
         self._over = False
         self._over_size = 0
@@ -104,11 +114,19 @@ class FrameParser:
         self._skip_fin = False
         #: A close frame or a protocol error ended the stream.
         self._done = False
+        #: Complete frames parsed so far (control frames, fragments and skipped ones too).
+        self.frames = 0
 
     @property
     def done(self) -> bool:
         """A close frame or a protocol error was returned: nothing more will be."""
         return self._done
+
+    @property
+    def held(self) -> int:
+        """Bytes held between feeds: an incomplete frame, a message's fragments (with
+        their ``FRAGMENT_OVERHEAD``) and an oversized message's preview."""
+        return len(self._parts) + self._frag_len + len(self._preview)
 
     def feed(self, data: bytes) -> list[WsEvent]:
         """Consume bytes read from the socket; return the events they complete, in order."""
@@ -120,13 +138,11 @@ class FrameParser:
             if not data:
                 return events
         if self._parts:
-            self._parts.append(data)
-            self._parts_len += len(data)
-            if self._parts_len < self._need:
+            self._parts += data
+            if len(self._parts) < self._need:
                 return events  # still not enough for the frame waited for
-            data = b"".join(self._parts)
-            self._parts = []
-            self._parts_len = 0
+            data = bytes(self._parts)
+            self._parts = bytearray()
         self._parse(data, events)
         return events
 
@@ -137,6 +153,7 @@ class FrameParser:
         append = events.append
         in_message = self._frag_op != 0
         need = 0
+        frames = self.frames
         while True:
             avail = n - pos
             if avail < 2:
@@ -167,8 +184,11 @@ class FrameParser:
                     break
                 append((b0 & 0x0F, buf[pos + hdr : end]))
                 pos = end
+                frames += 1
                 continue
             new_pos = self._frame(buf, pos, hdr, length, events)
+            if new_pos != pos and not self._skip:
+                frames += 1  # whole (a skipped frame counts when its last byte is skipped)
             if self._done or new_pos == n:
                 pos = n
                 break
@@ -177,11 +197,10 @@ class FrameParser:
                 break
             pos = new_pos
             in_message = self._frag_op != 0
+        self.frames = frames
         if pos < n:
-            # Once per feed: keep the tail (no copy when nothing was consumed).
-            tail = buf[pos:] if pos else buf
-            self._parts = [tail]
-            self._parts_len = len(tail)
+            # Once per feed: keep the tail.
+            self._parts = bytearray(memoryview(buf)[pos:])
             self._need = need
 
     def _frame(self, buf: bytes, pos: int, hdr: int, length: int, events: list[WsEvent]) -> int:
@@ -202,7 +221,7 @@ class FrameParser:
             if opcode == OP_CLOSE:
                 self._done = True
             return end
-        if self._over or self._frag_len + length > self._max:
+        if self._over or self._frag_len + length > self._max or self._frag_count >= MAX_FRAGMENTS:
             return self._start_skip(buf, start, length, opcode, fin, events)
         if end > len(buf):
             self._need = hdr + length
@@ -244,7 +263,8 @@ class FrameParser:
                 return
             self._frag_op = opcode
         self._frag.append(payload)
-        self._frag_len += len(payload)
+        self._frag_len += len(payload) + FRAGMENT_OVERHEAD
+        self._frag_count += 1
         if fin:
             events.append((self._frag_op, b"".join(self._frag)))
             self._end_message()
@@ -253,7 +273,7 @@ class FrameParser:
         """The message is (now) oversized: skip this frame's payload, from what is here on."""
         if not self._over:
             self._over = True
-            self._over_size = self._frag_len
+            self._over_size = sum(map(len, self._frag))
             self._preview = b"".join(self._frag)[:RAW_PREVIEW_BYTES]
             self._frag = []  # dropped: the rest of the message is only counted
             self._frag_len = 0
@@ -273,8 +293,10 @@ class FrameParser:
         take = min(self._skip, len(data))
         self._keep_preview(data[: min(take, RAW_PREVIEW_BYTES)])
         self._skip -= take
-        if not self._skip and self._skip_fin:
-            self._report_oversized(events)
+        if not self._skip:
+            self.frames += 1
+            if self._skip_fin:
+                self._report_oversized(events)
         return data[take:] if take < len(data) else b""
 
     def _keep_preview(self, chunk: bytes) -> None:
@@ -290,6 +312,7 @@ class FrameParser:
         self._frag_op = 0
         self._frag = []
         self._frag_len = 0
+        self._frag_count = 0
         self._over = False
         self._over_size = 0
         self._preview = b""

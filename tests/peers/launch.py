@@ -143,6 +143,61 @@ class Peer:
         self.stop()
 
 
+class WarmPeer:
+    """A ws/http peer whose next incarnation waits warm (imported, not yet bound), so a test can
+    kill it and bring it back on the same port within milliseconds instead of a cold start."""
+
+    def __init__(self, transport: str, era: str = "both", extra_args: Sequence[str] = ()) -> None:
+        if transport not in ("ws", "http"):
+            raise ValueError(f"a warm peer is ws or http, not {transport!r}")
+        self.transport, self.era, self.extra_args = transport, era, list(extra_args)
+        self.port = 0
+        self.running: subprocess.Popen[bytes] | None = None
+        self._standby = self._warm()
+
+    @property
+    def url(self) -> str:
+        return Peer(self.transport, port=self.port).url
+
+    def _warm(self) -> subprocess.Popen[bytes]:
+        argv = peer_argv(self.transport, self.era, self.port, [*self.extra_args, "--bind-on-stdin"])
+        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        _LIVE.add(proc)
+        return proc
+
+    def start(self, timeout: float = READY_TIMEOUT) -> WarmPeer:
+        """The standby binds the port (the same one after the first start); a new standby warms up."""
+        if self.running is not None and self.running.poll() is None:
+            raise RuntimeError("peer already running")
+        standby = self._standby
+        assert standby.stdin is not None
+        standby.stdin.write(b"go\n")
+        standby.stdin.flush()
+        port = wait_for_listening(standby, timeout)
+        if port is None:
+            raise PeerStartError(f"the standby peer did not listen within {timeout}s (rc={standby.poll()})")
+        self.port, self.running = port, standby
+        self._standby = self._warm()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the running peer: no close frames, every session gone."""
+        if self.running is not None and self.running.poll() is None:
+            self.running.kill()
+            self.running.wait(STOP_TIMEOUT)
+
+    def stop(self) -> None:
+        for proc in (self.running, self._standby):
+            if proc is None:
+                continue
+            if proc.stdin is not None:
+                proc.stdin.close()  # a standby that never bound exits on EOF
+            stop_process(proc, STOP_TIMEOUT)
+            if proc.stdout is not None:
+                proc.stdout.close()
+            _LIVE.discard(proc)
+
+
 # Safety net: a test run that dies early must not leave peers behind.
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
@@ -164,4 +219,4 @@ def start_peer(transport: str, era: str = "both", extra_args: Sequence[str] = ()
     return Peer(transport, era, tuple(extra_args)).start()
 
 
-__all__ = ["ROOT", "SERVER_SCRIPT", "Peer", "PeerStartError", "peer_argv", "start_peer"]
+__all__ = ["ROOT", "SERVER_SCRIPT", "Peer", "PeerStartError", "WarmPeer", "peer_argv", "start_peer"]

@@ -5,6 +5,7 @@ Run it as::
     python -m tests.peers.sdk_server --transport stdio|ws|http [--port N] [--era both|legacy]
                                      [--silent-probe] [--refuse-subscribe URI]... [--subscribe-delay URI=SECONDS]...
                                      [--event-store] [--retry-ms MS] [--listen-buffer N]
+                                     [--unknown-session-400] [--bind-on-stdin]
 
 or by path (``python tests/peers/sdk_server.py ...``), which works from any cwd.
 
@@ -760,6 +761,32 @@ def legacy_only_http(app: Any) -> Any:
     return wrapped
 
 
+def unknown_session_400(app: Any) -> Any:
+    """ASGI wrapper that answers an unknown session id as the Python SDK 1.x (and servers built
+    like it) do after a restart: 400 "Bad Request: No valid session ID provided", not 404."""
+    body = b"Bad Request: No valid session ID provided"
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not any(k == b"mcp-session-id" for k, _ in scope["headers"]):
+            await app(scope, receive, send)
+            return
+        rewritten = False
+
+        async def rewrite(message: Any) -> None:
+            nonlocal rewritten
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                rewritten = True
+                headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+                await send({"type": "http.response.start", "status": 400, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+            elif not rewritten:
+                await send(message)
+
+        await app(scope, receive, rewrite)
+
+    return wrapped
+
+
 class MemoryEventStore(EventStore):
     """Minimal in-memory EventStore (enables SSE `id:` + Last-Event-ID resumption)."""
 
@@ -791,6 +818,7 @@ def build_app(server: Server[Any], state: PeerState, args: argparse.Namespace) -
             retry_interval=args.retry_ms,
             session_idle_timeout=None,
         )
+        app = unknown_session_400(app) if args.unknown_session_400 else app
         return legacy_only_http(app) if args.era == "legacy" else app
 
     holder: dict[str, Any] = {}
@@ -855,6 +883,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1024,
         help="events buffered per listen before the SDK ends it (SDK default 1024)",
     )
+    p.add_argument(
+        "--unknown-session-400",
+        action="store_true",
+        help="http: answer an unknown session id with 400 (as the Python SDK 1.x does), not 404",
+    )
+    p.add_argument(
+        "--bind-on-stdin",
+        action="store_true",
+        help="ws/http: import everything, print WARM, then bind and serve once a line arrives on stdin",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -884,8 +922,16 @@ def main(argv: list[str] | None = None) -> int:
         # blocked in read(); don't let it keep a stopped peer alive.
         os._exit(0)
 
-    sock = bind_socket(args.port)
     app = build_app(server, state, args)
+    if args.bind_on_stdin:
+        # A warm standby: everything is imported; it binds the port only when told to, so a
+        # test can bring a "restarted" server back within milliseconds.
+        import uvicorn  # noqa: F401
+
+        print("WARM", flush=True)
+        if not sys.stdin.readline():
+            return 0
+    sock = bind_socket(args.port)
     try:
         anyio.run(run_uvicorn, app, sock)
     except KeyboardInterrupt:

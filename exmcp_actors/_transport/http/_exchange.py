@@ -25,8 +25,9 @@ delivers a JSON-RPC error response for the request's id instead.
 A 404 on a message that carried ``Mcp-Session-Id`` means the session is gone
 (unless its body is a JSON-RPC error naming the request's own id, which is
 an ordinary method error): after the error frame, ``transport_lost("session
-expired (404)")``. The client must ``close`` and ``open`` again and
-re-initialize.
+expired (404)")``. So does a 400 whose body names the session (what the
+Python SDK 1.x answers an unknown session id after a restart). The client
+must ``close`` and ``open`` again and re-initialize.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .._base import HTTP_ERROR, InvalidFrame
 from ._config import IO_ERRORS, Config, logger
 from ._outlet import error_frame
 from ._pump import decode
+from ._session import session_gone
 
 if TYPE_CHECKING:
     from ._outlet import Outlet
@@ -193,9 +195,10 @@ class Poster:
                 post.describe(),
             )
         own_id = server_error is not None and post.has_id and server_error.get("id") == post.request_id
-        if status == 404 and post.sent_session and not own_id:
+        gone = session_gone(status, raw) if post.sent_session and not own_id else None
+        if gone is not None:
             self._session.expired()
-            self._outlet.report_lost("session expired (404)")
+            self._outlet.report_lost(gone)
 
     def _consume_json(self, post: Post, response: httpx.Response) -> None:
         limit = self._cfg.max_frame_bytes

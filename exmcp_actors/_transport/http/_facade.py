@@ -16,6 +16,7 @@ import httpx
 
 from ..._auth import BearerAuth, OAuth
 from ..._protocol._errors import TransportError
+from ..._redact import redact_url
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._config import Config, logger
 from ._link import Link
@@ -70,7 +71,7 @@ class HttpTransport(Transport):
     ) -> None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ValueError(f"not an http(s) URL: {url!r}")
+            raise ValueError(f"not an http(s) URL: {redact_url(url)!r}")
         if auth is not None and not isinstance(auth, OAuth):
             raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
         self.url = url
@@ -89,9 +90,7 @@ class HttpTransport(Transport):
             auth=BearerAuth(auth, url) if auth is not None else None,
         )
         # Shown in logs and errors: no credentials, no query string.
-        host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-        port = f":{parsed.port}" if parsed.port else ""
-        self._display = f"http {parsed.scheme}://{host}{port}{parsed.path}"
+        self._display = f"http {redact_url(url)}"
         self._lock = threading.Lock()
         self._link: Link | None = None
         # Built on the first open of an https URL and reused: loading the CA

@@ -55,15 +55,19 @@ class EventPump:
         try:
             for chunk in chunks:
                 items = parser.feed_messages(chunk)
-                if not items:
-                    continue
-                frames, done = self._frames(items, request_id)
-                if frames:
-                    outlet.deliver(frames, post)
-                if done:
-                    self._drain(chunks)
-                    return True
-                if post is not None and outlet.silenced(post):
+                if items:
+                    frames, done = self._frames(items, request_id)
+                    if frames:
+                        outlet.deliver(frames, post)
+                    if done:
+                        self._drain(chunks)
+                        return True
+                    if post is not None and outlet.silenced(post):
+                        return False
+                if parser.violation is not None:
+                    # Bounded memory is kept by skipping; the stream itself is no longer
+                    # trusted: dropped, it is resumed or reopened like any broken stream.
+                    logger.warning("SSE stream dropped: the server sent %s", parser.violation)
                     return False
         except IO_ERRORS as exc:
             if not (post is not None and outlet.silenced(post)) and not outlet.halt.is_set():

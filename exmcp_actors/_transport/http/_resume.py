@@ -7,9 +7,12 @@ dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
   ``retry:`` (else ``sse_retry_default``; capped by ``max_retry_delay``) with
   ``Last-Event-ID``; ``reconnect_attempts`` failures in a row to connect at
   all report ``transport_lost("GET stream could not reconnect: ...")`` (this
-  is how a dead legacy server is noticed while idle); a 404 while carrying
-  the session id reports ``session expired (404)``; other HTTP refusals, as
-  many times in a row, only give the GET stream up (with a warning).
+  is how a dead legacy server is noticed while idle); a 404, or a 400 naming
+  the session, while carrying the session id reports the session gone
+  (``_session.session_gone``); other HTTP refusals, as many times in a row,
+  report ``transport_lost("GET stream could not be re-opened: ...")`` when a
+  GET stream was open before on this connection (a client must never look
+  ready while deaf), else only give the GET stream up (a server without one).
 * An SSE response stream ended (server closed it, or the connection broke)
   before the request's response arrived: ``{"code": -32001, "message":
   "stream dropped", "data": {"streamDropped": true}}``. For a
@@ -29,6 +32,7 @@ import httpx
 
 from .._base import STREAM_DROPPED
 from ._config import IO_ERRORS, Config, logger
+from ._session import session_gone
 from ._sse import SSEParser
 
 if TYPE_CHECKING:
@@ -39,6 +43,9 @@ if TYPE_CHECKING:
     from ._session import HttpSession
 
 __all__ = ["GetStream", "GetStreams", "StreamResumer"]
+
+#: How much of a GET refusal's body is read to see whether it names the session.
+_REFUSAL_BYTES = 4096
 
 
 class GetStreams:
@@ -113,6 +120,16 @@ class StreamResumer:
             return False
 
 
+def _head(response: httpx.Response) -> bytes:
+    """The start of a refusal's body (enough to see what it names), read best effort."""
+    try:
+        for chunk in response.iter_bytes():
+            return chunk[:_REFUSAL_BYTES]
+    except IO_ERRORS:
+        pass
+    return b""
+
+
 class GetStream:
     """The legacy standalone GET stream and its thread."""
 
@@ -138,6 +155,7 @@ class GetStream:
         delay = cfg.sse_retry_default
         unreachable = 0  # consecutive failures to connect at all
         refused = 0  # consecutive HTTP errors
+        connected = False  # whether a GET stream was open once on this connection
         while not halt.is_set():
             headers = self._streams.headers(last_event_id)
             sent_session = "mcp-session-id" in headers
@@ -147,10 +165,11 @@ class GetStream:
                     if status == 405:
                         logger.debug("the server offers no GET stream (405)")
                         return
-                    if status == 404 and sent_session:
-                        self._outlet.report_lost("session expired (404)")
-                        return
                     if not _is_event_stream(response):
+                        gone = session_gone(status, _head(response)) if sent_session else None
+                        if gone is not None:
+                            self._outlet.report_lost(gone)
+                            return
                         refused += 1
                         unreachable = 0
                         logger.warning(
@@ -159,10 +178,16 @@ class GetStream:
                             response.reason_phrase,
                         )
                         if refused >= cfg.reconnect_attempts:
-                            logger.warning("giving up the GET stream")
+                            if connected:
+                                # It worked on this session before: listeners would hear nothing
+                                # from now on while the client looks ready. Start afresh instead.
+                                self._outlet.report_lost(f"GET stream could not be re-opened: HTTP {status}")
+                            else:
+                                logger.warning("giving up the GET stream")
                             return
                     else:
                         unreachable = refused = 0
+                        connected = True
                         logger.debug("GET stream connected")
                         parser = SSEParser(cfg.max_frame_bytes, last_event_id=last_event_id)
                         self._pump.pump(response, parser, None)

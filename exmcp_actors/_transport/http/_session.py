@@ -30,7 +30,7 @@ from ._config import IO_ERRORS, Config, logger
 if TYPE_CHECKING:
     from ._requests import Post
 
-__all__ = ["HttpSession"]
+__all__ = ["HttpSession", "session_gone"]
 
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
 
@@ -114,6 +114,18 @@ class HttpSession:
             headers["Mcp-Session-Id"] = session_id
         if version:
             headers["MCP-Protocol-Version"] = version
+
+
+def session_gone(status: int, body: bytes) -> str | None:
+    """Why a refusal of a message that carried our session id means the server no longer knows
+    the session, or None. The spec answers 404; the Python SDK 1.x and servers built like it
+    answer 400 "Bad Request: No valid session ID provided" after a restart, so a 400 whose body
+    names the session counts too."""
+    if status == 404:
+        return "session expired (404)"
+    if status == 400 and b"session" in body.lower():
+        return "session unknown to the server (400)"
+    return None
 
 
 def _encode_header_value(value: str) -> str:

@@ -62,7 +62,9 @@ class SSEParser:
     Args:
         max_event_bytes: the largest event ``data`` accepted. A larger event is
             reported once with ``oversize=True`` and its bytes are dropped as
-            they arrive, so memory stays bounded.
+            they arrive, so memory stays bounded (held: at most about twice
+            the cap, a partial line and an event's data). Such an event, or a
+            line longer than any event, also sets :attr:`violation`.
         last_event_id: the id to start from (a resumed stream keeps counting).
     """
 
@@ -78,9 +80,12 @@ class SSEParser:
         self._started = False
         self._id_buffer: str | None = last_event_id
         self._event_type = ""
-        self._data: list[bytes] = []
-        self._data_size = 0
+        #: The event's data lines, each followed by LF (one buffer: no object per line).
+        self._data = bytearray()
         self._oversize = False
+        #: Why the stream broke the size caps (a line or an event too long), once it did:
+        #: the reader then drops the stream (and reconnects), see ``EventPump``.
+        self.violation: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` and return every event it completed, in stream order."""
@@ -228,6 +233,7 @@ class SSEParser:
             # One line longer than any acceptable event: drop it as it streams.
             self._partial.clear()
             self._discarding_line = True
+            self.violation = f"a line longer than {self._max + _LINE_SLACK} bytes"
             return
         self._partial += chunk[pos:end]
 
@@ -247,12 +253,13 @@ class SSEParser:
         if field == b"data":
             if self._oversize:
                 return
-            self._data_size += len(value) + 1
-            if self._data_size > self._max + 1:
+            if len(self._data) + len(value) > self._max:
                 self._oversize = True
                 self._data.clear()
+                self.violation = f"an event larger than {self._max} bytes"
                 return
-            self._data.append(value)
+            self._data += value
+            self._data += b"\n"
         elif field == b"event":
             self._event_type = value.decode("utf-8", "replace")
         elif field == b"id":
@@ -267,8 +274,7 @@ class SSEParser:
         if self._oversize:
             events.append(SSEEvent(event_type, b"", self.last_event_id, oversize=True))
         elif self._data:
-            events.append(SSEEvent(event_type, b"\n".join(self._data), self.last_event_id))
+            events.append(SSEEvent(event_type, bytes(memoryview(self._data)[:-1]), self.last_event_id))
         self._event_type = ""
-        self._data = []
-        self._data_size = 0
+        self._data.clear()
         self._oversize = False

@@ -1,0 +1,108 @@
+"""The one redaction point: secrets stay out of every log record the library causes.
+
+Secrets are URL credentials and query values, header values, a stdio
+server's arguments and environment. Our own messages are built without them
+(:func:`redact_url`; argv shows the program only). Our dependencies are
+another matter: httpx logs each request's URL at INFO, httpcore logs response
+headers at DEBUG, and websocket-client's trace logs the whole handshake. So
+:func:`install` puts a :class:`RedactingFilter` on their loggers and ours, at
+import: it rewrites a record's message before any handler sees it.
+
+A filter on a logger applies only to records created at that logger (not to
+those propagating from its children), hence the list of exact names.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+from typing import Final
+
+#: Every logger the library or its dependencies log to while it works.
+LOGGERS: Final = (
+    "exmcp_actors",
+    "exmcp_actors.transport",
+    "exmcp_actors.stdio",
+    "exmcp_actors.http",
+    "httpx",
+    "httpcore",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "hpack",
+    "websocket",
+)
+MASK: Final = "***"
+
+# scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote.
+_URL = re.compile(r"""(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s@'"<>]*@)?(?P<rest>[^\s'"<>]*)""")
+# httpcore's header lists: (b'name', b'value').
+_HEADER_PAIR = re.compile(r"""\((b?)(['"])([^'"]*)\2, b?(['"]).*?\4\)""")
+# The request line of a dumped HTTP head: "GET /mcp?token=x HTTP/1.1".
+_REQUEST_LINE = re.compile(r"^([A-Z]+ [^\s?]*)\?\S*( HTTP/)", re.MULTILINE)
+# A header line of a dumped HTTP head (websocket-client's trace): "Name: value".
+_HEADER_LINE = re.compile(r"^([A-Za-z0-9-]+):[ \t]*\S.*$", re.MULTILINE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials, query or fragment: ``https://host:8443/mcp``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _url_sub(match: re.Match[str]) -> str:
+    rest = match.group("rest")
+    path, query_mark, _ = rest.partition("?")
+    path = path.partition("#")[0]
+    return f"{match.group('head')}{path}" + (f"?{MASK}" if query_mark else "")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL credentials and query values, and header values, masked."""
+    if "://" in text:
+        text = _URL.sub(_url_sub, text)
+    if "(b'" in text or '(b"' in text:
+        text = _HEADER_PAIR.sub(lambda m: f"({m.group(1)}{m.group(2)}{m.group(3)}{m.group(2)}, {MASK})", text)
+    if " HTTP/" in text:
+        text = _REQUEST_LINE.sub(rf"\1?{MASK}\2", text)
+    if ": " in text and "\n" in text:
+        text = _HEADER_LINE.sub(lambda m: f"{m.group(1)}: {MASK}", text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record's message through :func:`redact_text` (it never drops a record)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record: leave it to the handler to report
+            return True
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and record.exc_text is None and record.exc_info[1] is not None:
+            # The traceback's last line repeats the exception's message: format it redacted.
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+_FILTER: Final = RedactingFilter()
+
+
+def install() -> None:
+    """Put the filter on every logger of :data:`LOGGERS` (idempotent)."""
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)

@@ -1,0 +1,110 @@
+"""A hostile WebSocket peer gets bounded cost: a trickled frame is no sign of life, and a
+redirect is refused (websocket-client would follow it, re-sending Authorization)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from helpers_transport import WAIT, RawWsPeer, RecordingSink, join_exmcp_threads, read_http_head
+
+import exmcp_actors as mcp
+from exmcp_actors._protocol._errors import TransportError
+from exmcp_actors._transport._websocket import WebSocketTransport
+
+SECRET = "s3cr3t-t0k3n"
+
+
+@pytest.fixture
+def raw_peer() -> Iterator[RawWsPeer]:
+    peer = RawWsPeer()
+    yield peer
+    peer.close()
+    assert join_exmcp_threads() == []
+
+
+def test_a_peer_trickling_an_unfinished_frame_is_dead_after_the_heartbeat_window(raw_peer: RawWsPeer) -> None:
+    transport = WebSocketTransport(raw_peer.url, heartbeat_interval=0.2, heartbeat_timeout=0.3, close_timeout=0.5)
+    sink = RecordingSink()
+    transport.open(sink, timeout=WAIT)
+    conn = raw_peer.wait_connected()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        # A text frame announcing 120 bytes, then one byte every 20 ms: never complete within the test.
+        with contextlib.suppress(OSError):
+            conn.sendall(b"\x81\x78")
+            while not stop.wait(0.02):
+                conn.sendall(b"x")
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        reason = sink.wait_lost()
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(WAIT)
+        transport.close()
+    assert "heartbeat timeout" in reason
+    assert elapsed < 0.2 + 0.3 + 1.0  # the window, plus scheduling slack
+
+
+@contextlib.contextmanager
+def redirecting_server(location: str) -> Iterator[tuple[str, list[bytes]]]:
+    """A server that answers every WebSocket handshake with a 302 to ``location``; yields its URL
+    and the request heads it received."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    heads: list[bytes] = []
+
+    stop = threading.Event()
+    listener.settimeout(0.05)  # close() does not wake accept(): poll for the end
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with contextlib.suppress(OSError):
+                with conn:
+                    heads.append(read_http_head(conn))
+                    conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"ws://127.0.0.1:{listener.getsockname()[1]}/mcp", heads
+    finally:
+        stop.set()
+        thread.join(WAIT)
+        listener.close()
+
+
+def test_a_redirect_is_not_followed_and_the_error_names_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as elsewhere:
+        target = f"ws://127.0.0.1:{elsewhere.getsockname()[1]}/mcp"
+        with redirecting_server(f"{target}?token={SECRET}") as (url, heads):
+            transport = WebSocketTransport(url, headers={"Authorization": f"Bearer {SECRET}"}, heartbeat_interval=None)
+            with pytest.raises(TransportError) as info:
+                transport.open(RecordingSink(), timeout=WAIT)
+
+            with pytest.raises(mcp.ConnectError) as connect_info:
+                mcp.connect(transport, reconnect=False, connect_timeout=WAIT)
+
+        elsewhere.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            elsewhere.accept()  # the redirect target never saw the client (nor its Authorization)
+
+    text = str(info.value)
+    assert "redirect" in text and "302" in text and target in text, text
+    assert SECRET not in text and SECRET not in str(connect_info.value)
+    assert "redirect" in str(connect_info.value)
+    assert len(heads) == 2  # one handshake per attempt, and no more

@@ -1,0 +1,92 @@
+"""No log record emitted while the library works, from its loggers or its dependencies'
+(httpx, httpcore, websocket-client), holds URL credentials or query values, header values,
+a stdio server's arguments or its environment. Every record at DEBUG is captured at the root."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from peers.launch import Peer
+
+import exmcp_actors as mcp
+from exmcp_actors._redact import redact_text, redact_url
+
+SECRET = "Zs3cr3tZ"
+STUBBORN = Path(__file__).resolve().parent / "hosts" / "stubborn_server.py"
+
+
+class _Everything(logging.Handler):
+    """Formats every record, traceback included, as a host's handler would."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def everything() -> Iterator[_Everything]:
+    root = logging.getLogger()
+    handler = _Everything()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def _session(transport: mcp.Transport) -> None:
+    with mcp.connect(transport, protocol="legacy", connect_timeout=10, reconnect=False) as client:
+        listener = client.subscribe_notifications({"resourceSubscriptions": ["file:///a.txt"]})
+        with pytest.raises(mcp.RequestError):
+            client.request("made/up", {})  # an error answer is logged on its way too
+        listener.unsubscribe()
+
+
+def _assert_kept(handler: _Everything, *, expect: str) -> None:
+    text = "\n".join(handler.lines)
+    assert expect in text, text[-2000:]  # the session was logged at all
+    assert SECRET not in text, [line for line in handler.lines if SECRET in line][:5]
+
+
+def test_stdio_argv_and_env_stay_out_of_every_record(everything: _Everything) -> None:
+    argv = [sys.executable, str(STUBBORN), "--token", SECRET]
+    _session(mcp.StdioTransport(argv, env={"API_KEY": SECRET}, stop_timeout=0.5))
+    _assert_kept(everything, expect="exmcp_actors")
+
+
+def test_http_credentials_query_and_headers_stay_out_of_every_record(
+    everything: _Everything, sdk_http_peer_legacy: Peer
+) -> None:
+    url = sdk_http_peer_legacy.url.replace("http://", f"http://user:{SECRET}@") + f"?token={SECRET}"
+    _session(mcp.HttpTransport(url, headers={"Authorization": f"Bearer {SECRET}", "X-Api-Key": SECRET}))
+    _assert_kept(everything, expect="httpx")
+
+
+def test_websocket_credentials_query_and_headers_stay_out_of_every_record(
+    everything: _Everything, sdk_ws_peer_legacy: Peer
+) -> None:
+    url = sdk_ws_peer_legacy.url.replace("ws://", f"ws://user:{SECRET}@") + f"?token={SECRET}"
+    _session(mcp.WebSocketTransport(url, headers={"Authorization": f"Bearer {SECRET}"}))
+    _assert_kept(everything, expect="exmcp_actors")
+
+
+def test_redaction_of_what_dependencies_log() -> None:
+    assert redact_url(f"wss://u:{SECRET}@[::1]:8443/mcp?token={SECRET}#f") == "wss://[::1]:8443/mcp"
+    samples = [
+        f'HTTP Request: POST http://u:{SECRET}@h/mcp?token={SECRET} "HTTP/1.1 200 OK"',
+        f"return_value=(b'HTTP/1.1', 200, b'OK', [(b'mcp-session-id', b'{SECRET}')])",
+        f"GET /mcp?token={SECRET} HTTP/1.1\r\nAuthorization: Bearer {SECRET}\r\n",
+    ]
+    for sample in samples:
+        assert SECRET not in redact_text(sample), redact_text(sample)

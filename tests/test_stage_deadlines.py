@@ -1,0 +1,121 @@
+"""Never stuck: every stage of a connect and a reconnect is bounded, through the whole client
+(actor, timers, refcount worker) against the scriptable FakeServer."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import exmcp_actors as mcp
+from exmcp_actors.testing import NO_REPLY, FakeConnection, FakeServer
+
+FAST = mcp.Backoff(initial=0.02, factor=2, maximum=0.1, jitter=0.0)
+A, B, SLOW1, SLOW2 = "file:///a", "file:///b", "file:///slow1", "file:///slow2"
+WAIT = 10.0
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    with FakeServer() as fake:
+        yield fake
+
+
+def next_message(handle: Any, timeout: float = WAIT) -> Any:
+    try:
+        return handle.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"{handle!r} received nothing within {timeout}s") from None
+
+
+def silent_on(connections: set[int], method: str, server: FakeServer) -> None:
+    """``method`` is never answered on these connections (answered as usual on the others)."""
+    default = server.default_handler(method)
+    assert default is not None
+
+    def handler(params: dict[str, Any], ctx: FakeConnection) -> Any:
+        return NO_REPLY if ctx.number in connections else default(params, ctx)
+
+    server.on(method, handler)
+
+
+def test_connect_timeout_bounds_the_whole_connect_and_names_the_stage(server: FakeServer) -> None:
+    server.on("initialize", lambda params, ctx: NO_REPLY)
+    started = time.monotonic()
+    with pytest.raises(mcp.ConnectError) as caught:
+        mcp.connect(server.transport(), protocol="legacy", connect_timeout=0.5)
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, f"connect() took {elapsed:.1f}s with connect_timeout=0.5"
+    assert caught.value.reason == ("timeout", "initialize")
+    assert str(caught.value) == (
+        "gave up after 0.5s waiting for an answer to initialize; check it speaks MCP, or raise connect_timeout"
+    )
+
+
+def test_a_reconnect_whose_initialize_is_never_answered_retries_then_reports_reconnected(
+    server: FakeServer,
+) -> None:
+    client = mcp.connect(server.transport(), protocol="legacy", backoff=FAST, connect_timeout=0.5)
+    try:
+        listener = client.subscribe_notifications({"resourceSubscriptions": [A]})
+        silent_on({2}, "initialize", server)  # the first reconnect hangs in its handshake
+        server.drop()
+        reconnected = next_message(listener)
+        assert isinstance(reconnected, mcp.Reconnected), reconnected
+        assert reconnected.report == {"resubscribed": [A], "failed": []}
+        assert server.connections == 3
+        assert client.status == "ready"
+    finally:
+        client.disconnect()
+
+
+def test_reconnects_that_never_finish_their_handshake_end_in_reconnect_exhausted(server: FakeServer) -> None:
+    client = mcp.connect(
+        server.transport(), protocol="legacy", backoff=FAST, connect_timeout=0.4, max_reconnect_attempts=2
+    )
+    try:
+        listener = client.subscribe_notifications({"resourceSubscriptions": [A]})
+        server.on("initialize", lambda params, ctx: NO_REPLY)
+        server.drop()
+        closed = next_message(listener)
+        assert isinstance(closed, mcp.Closed), closed
+        assert closed.reason == (
+            "reconnect_exhausted",
+            "gave up after 0.4s waiting for an answer to initialize; check it speaks MCP, or raise connect_timeout",
+        )
+        assert client.status == "disconnected"
+    finally:
+        client.disconnect()
+
+
+def test_slow_uris_on_resubscribe_do_not_hold_up_the_report_each_for_its_own_timeout(server: FakeServer) -> None:
+    # request_timeout stays at 30s: resubscribing one URI after another took 30s per silent URI.
+    client = mcp.connect(server.transport(), protocol="legacy", backoff=FAST, connect_timeout=1.0)
+    try:
+        listener = client.subscribe_notifications({"resourceSubscriptions": [A, SLOW1, B, SLOW2]})
+        default = server.default_handler("resources/subscribe")
+        assert default is not None
+
+        def subscribe(params: dict[str, Any], ctx: FakeConnection) -> Any:
+            if ctx.number > 1 and params["uri"] in (SLOW1, SLOW2):
+                return NO_REPLY
+            return default(params, ctx)
+
+        server.on("resources/subscribe", subscribe)
+        started = time.monotonic()
+        server.drop()
+        reconnected = next_message(listener)
+        elapsed = time.monotonic() - started
+        assert isinstance(reconnected, mcp.Reconnected), reconnected
+        assert reconnected.report["resubscribed"] == [A, B]
+        assert [uri for uri, _ in reconnected.report["failed"]] == [SLOW1, SLOW2]
+        assert elapsed < 6.0, f"Reconnected took {elapsed:.1f}s"
+        # All four went out before any answer was awaited.
+        assert server.count("resources/subscribe", connection=2) == 4
+        server.updated(A)
+        assert next_message(listener).params == {"uri": A}
+    finally:
+        client.disconnect()
