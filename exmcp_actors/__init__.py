@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from . import _redact
+from ._auth import FileTokenStorage, MemoryTokenStorage, OAuth, TokenStorage
 from ._catalog import Catalog, CatalogChanged
 from ._client import Client
 from ._config import ConfigError
@@ -71,6 +72,7 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "Error",
+    "FileTokenStorage",
     "FilterError",
     "HttpTransport",
     "Hub",
@@ -79,8 +81,10 @@ __all__ = [
     "ListenRequiresModern",
     "Listener",
     "ListenerNotFound",
+    "MemoryTokenStorage",
     "NotConnected",
     "Notification",
+    "OAuth",
     "ProtocolError",
     "Reconnected",
     "RequestError",
@@ -93,6 +97,7 @@ __all__ = [
     "SubscriptionEvent",
     "SubscriptionResync",
     "Task",
+    "TokenStorage",
     "Transport",
     "TransportError",
     "UseListen",

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from ._auth import OAuth
 from ._calls import check_timeout
 from ._client import Client
 from ._client_actor import ClientActor, Config, SharedState, Start
@@ -35,13 +36,13 @@ _SHELL_GRACE = 2.0
 _URL_SCHEMES = ("ws", "wss", "http", "https")
 
 
-def url_transport(url: str, headers: Mapping[str, str] | None = None) -> Transport:
+def url_transport(url: str, headers: Mapping[str, str] | None = None, auth: OAuth | None = None) -> Transport:
     """A WebSocket or Streamable HTTP transport for ``url``; a legacy ``.../sse`` URL is refused."""
     scheme = url.split(":", 1)[0].lower()
     if scheme in ("ws", "wss"):
         from ._transport._websocket import WebSocketTransport
 
-        return WebSocketTransport(url, dict(headers) if headers else None)
+        return WebSocketTransport(url, dict(headers) if headers else None, auth=auth)
     if urlsplit(url).path.rstrip("/").endswith("/sse"):
         raise ConnectError(
             f"{redact_url(url)} looks like the old HTTP+SSE transport (MCP 2024-11-05), which exmcp_actors does "
@@ -50,7 +51,7 @@ def url_transport(url: str, headers: Mapping[str, str] | None = None) -> Transpo
         )
     from ._transport.http import HttpTransport
 
-    return HttpTransport(url, dict(headers) if headers else None)
+    return HttpTransport(url, dict(headers) if headers else None, auth=auth)
 
 
 def redact_url(url: str) -> str:
@@ -64,20 +65,32 @@ def redact_url(url: str) -> str:
 
 
 def make_transport(
-    transport: Any, *, env: Mapping[str, str] | None = None, cwd: str | None = None, name: str | None = None
+    transport: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    inherit_env: bool = False,
+    name: str | None = None,
+    auth: OAuth | None = None,
 ) -> Transport:
     """A Transport from what the host passed: a Transport, a URL string, or an argv list.
 
-    ``env`` and ``cwd`` go to the child process of an argv list (and are refused otherwise).
+    ``env``, ``cwd`` and ``inherit_env`` go to the child process of an argv list (and are refused otherwise).
     """
-    if (env is not None or cwd is not None) and (isinstance(transport, (str, Transport))):
-        raise ValueError("env= and cwd= apply to a server command (an argv list), not to a URL or a Transport")
+    if (env is not None or cwd is not None or inherit_env) and (isinstance(transport, (str, Transport))):
+        raise ValueError(
+            "env=, cwd= and inherit_env= apply to a server command (an argv list), not to a URL or a Transport"
+        )
+    if auth is not None and not isinstance(auth, OAuth):
+        raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
+    if auth is not None and not (isinstance(transport, str) and "://" in transport):
+        raise ValueError("auth needs an http(s):// or ws(s):// URL; pass it to the transport you built instead")
     if isinstance(transport, Transport):
         return transport
     if isinstance(transport, str):
         scheme = transport.split(":", 1)[0].lower()
         if scheme in _URL_SCHEMES and "://" in transport:
-            return url_transport(transport)
+            return url_transport(transport, auth=auth)
         if "://" not in transport:
             raise ValueError(
                 f"connect() got the string {transport!r}, which is not a URL: to run a server command, "
@@ -89,7 +102,7 @@ def make_transport(
     if isinstance(transport, Sequence) and transport and all(isinstance(a, str) for a in transport):
         from ._transport._stdio import StdioTransport
 
-        return StdioTransport(list(transport), env=env, cwd=cwd, name=name)
+        return StdioTransport(list(transport), env=env, cwd=cwd, inherit_env=bool(inherit_env), name=name)
     raise TypeError(
         "transport must be a Transport, a ws:// / http:// URL string, or a non-empty argv list of strings, "
         f"got {transport!r}"
@@ -112,7 +125,9 @@ def connect(
     elicitation: Any = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    inherit_env: bool = False,
     name: str | None = None,
+    auth: OAuth | None = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
 
@@ -134,7 +149,11 @@ def connect(
         elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (form mode).
         env: for an argv list: environment variables for the server process (see :class:`StdioTransport`).
         cwd: for an argv list: the server process's working directory.
+        inherit_env: for an argv list: pass the host's whole environment (default: an allow-list plus ``env``).
         name: the client's :attr:`Client.name` (default ``c1``, ``c2``, ...); a :class:`Hub` uses the config's name.
+        auth: an :class:`~exmcp_actors.OAuth` for a server that requires authorization (HTTP
+            and WebSocket URLs). An interactive authorization happens inside the connection's
+            first request: give ``connect_timeout`` room for the user.
 
     Raises:
         ConnectError: the transport could not be opened or the handshake failed.
@@ -158,7 +177,7 @@ def connect(
         if handler is not None and not callable(handler):
             raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
     checked_roots = check_roots(roots) if roots is not None else []
-    built = make_transport(transport, env=env, cwd=cwd, name=name)
+    built = make_transport(transport, env=env, cwd=cwd, inherit_env=inherit_env, name=name, auth=auth)
     name = name or f"c{next(_client_numbers)}"
     host = HostRuntime(name, sampling, elicitation, roots is not None)
     host.roots = checked_roots

@@ -60,9 +60,12 @@ def test_a_string_command_is_refused_with_a_hint() -> None:
 def test_connect_passes_env_and_cwd_to_the_server_process(tmp_path: Path) -> None:
     transport = make_transport(["server"], env={"A": "1"}, cwd=str(tmp_path))
     assert isinstance(transport, mcp.StdioTransport)
-    assert (transport.env, transport.cwd) == ({"A": "1"}, str(tmp_path))
-    with pytest.raises(ValueError, match="env= and cwd= apply to a server command"):
+    assert (transport.env, transport.cwd, transport.inherit_env) == ({"A": "1"}, str(tmp_path), False)
+    assert make_transport(["server"], inherit_env=True).inherit_env is True  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="env=, cwd= and inherit_env= apply to a server command"):
         mcp.connect("ws://localhost:1/", env={"A": "1"})
+    with pytest.raises(ValueError, match="inherit_env= apply to a server command"):
+        mcp.connect("ws://localhost:1/", inherit_env=True)
     env = {"PYTHONPATH": str(ROOT)}
     with mcp.connect(DEMO, env=env, cwd=str(tmp_path), name="demo") as client:
         assert client.name == "demo" and client.server_info["name"] == "exmcp-demo"

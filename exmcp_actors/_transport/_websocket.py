@@ -47,6 +47,7 @@ from typing import Any, Final
 
 import websocket
 
+from .._auth import OAuth
 from .._protocol._errors import TransportError
 from .._redact import redact_url
 from .._scheduler import TimerSlot
@@ -66,6 +67,9 @@ from ._wsframes import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Overs
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
 SUBPROTOCOL: Final = "mcp"
+
+#: Upgrade attempts with a new OAuth token before the refusal stands.
+_AUTH_ROUNDS: Final = 4
 
 #: One socket read: most of a flood's frames per system call, and what a 64 KiB TCP window holds.
 _READ_SIZE: Final = 65536
@@ -99,6 +103,8 @@ class WebSocketTransport(Transport):
         max_frame_bytes: larger messages become an InvalidFrame.
         close_timeout: seconds ``close()`` waits for the peer's closing handshake.
         max_batch_frames: most frames handed to the sink in one call.
+        auth: an :class:`~exmcp_actors.OAuth`: its bearer token goes on the
+            upgrade request, and a 401/403 answer starts its flow (one retry per new token).
 
     Example:
         >>> WebSocketTransport("wss://user:pw@example.com/mcp?token=x").describe()
@@ -116,6 +122,7 @@ class WebSocketTransport(Transport):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         close_timeout: float = 1.0,
         max_batch_frames: int = 1024,
+        auth: OAuth | None = None,
     ) -> None:
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("ws", "wss"):
@@ -125,7 +132,10 @@ class WebSocketTransport(Transport):
                 raise ValueError(f"header {key!r} holds a line break or NUL")
         if heartbeat_interval and heartbeat_timeout <= 0:
             raise ValueError("heartbeat_timeout must be positive")
+        if auth is not None and not isinstance(auth, OAuth):
+            raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
         self.url = url
+        self.auth = auth
         self.headers = dict(headers or {})
         self.heartbeat_interval = heartbeat_interval or None
         self.heartbeat_timeout = heartbeat_timeout
@@ -214,13 +224,11 @@ class _WsConnection:
                 options[key.lower()] = value
             else:
                 header[key] = value
-        if header:
-            options["header"] = header
         # Redirects are refused: websocket-client would follow them re-sending our
         # headers (Authorization included), even from wss:// to ws://.
         options["redirect_limit"] = 0
         try:
-            self.ws.connect(self.t.url, **options)  # type: ignore[no-untyped-call]
+            self._connect(options, header)
             self.ws.settimeout(None)  # blocking from now on: see the module docstring
         except (*_IO_ERRORS, ValueError) as exc:
             self.ws.shutdown()  # type: ignore[no-untyped-call]
@@ -233,6 +241,28 @@ class _WsConnection:
         self.reader.start()
         if self.t.heartbeat_interval:
             self._heartbeat.arm(self.t.heartbeat_interval, self._heartbeat_ping)
+
+    def _connect(self, options: dict[str, Any], header: dict[str, str]) -> None:
+        """The upgrade request; with OAuth, bearer token on it and a new token on 401/403."""
+        auth = self.t.auth
+        for _ in range(_AUTH_ROUNDS):
+            token = auth.bearer(self.t.url) if auth is not None else None
+            sent = dict(header, Authorization=f"Bearer {token}") if token is not None else header
+            if sent:
+                options["header"] = sent
+            try:
+                self.ws.connect(self.t.url, **options)  # type: ignore[no-untyped-call]
+                return
+            except websocket.WebSocketBadStatusException as exc:
+                status = exc.status_code
+                headers = exc.resp_headers or {}
+                if auth is None or status not in (401, 403):
+                    raise
+                challenge = next((v for k, v in headers.items() if k.lower() == "www-authenticate"), None)
+                if not auth.challenge(self.t.url, status, challenge, token):
+                    raise
+                self.ws.shutdown()  # type: ignore[no-untyped-call]
+        raise TransportError(f"{self.label}: the server refused every new token")
 
     def _refusal(self, exc: Exception) -> str:
         """Why the handshake failed, without the response's headers or body (they may hold secrets)."""

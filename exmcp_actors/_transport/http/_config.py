@@ -38,3 +38,5 @@ class Config:
     delete_timeout: float
     reconnect_attempts: int
     max_retry_delay: float
+    #: Attaches the OAuth bearer token and answers 401/403 (see ``exmcp_actors._auth``).
+    auth: httpx.Auth | None = None

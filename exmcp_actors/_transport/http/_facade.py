@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..._auth import BearerAuth, OAuth
 from ..._protocol._errors import TransportError
 from ..._redact import redact_url
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
@@ -45,6 +46,8 @@ class HttpTransport(Transport):
             before giving up (then ``transport_lost`` for the GET stream when
             the server is unreachable).
         max_retry_delay: upper bound on a server's ``retry:`` value, seconds.
+        auth: an :class:`~exmcp_actors.OAuth`: its bearer token goes on every
+            request to this URL, and a 401/403 starts its flow (one retry per new token).
 
     Example:
         >>> t = HttpTransport("http://127.0.0.1:8000/mcp", {"Authorization": "Bearer x"})
@@ -64,10 +67,13 @@ class HttpTransport(Transport):
         delete_timeout: float = 2.0,
         reconnect_attempts: int = 3,
         max_retry_delay: float = 30.0,
+        auth: OAuth | None = None,
     ) -> None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"not an http(s) URL: {redact_url(url)!r}")
+        if auth is not None and not isinstance(auth, OAuth):
+            raise TypeError(f"auth must be an exmcp_actors.OAuth, got {type(auth).__name__}")
         self.url = url
         self.max_frame_bytes = max_frame_bytes
         self._tls = parsed.scheme == "https"
@@ -81,6 +87,7 @@ class HttpTransport(Transport):
             delete_timeout=delete_timeout,
             reconnect_attempts=max(1, reconnect_attempts),
             max_retry_delay=max_retry_delay,
+            auth=BearerAuth(auth, url) if auth is not None else None,
         )
         # Shown in logs and errors: no credentials, no query string.
         self._display = f"http {redact_url(url)}"

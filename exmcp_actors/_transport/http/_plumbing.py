@@ -152,7 +152,7 @@ def make_client(cfg: Config, backend: TrackingBackend, ssl_context: ssl.SSLConte
         network_backend=backend,
     )
     timeout = httpx.Timeout(connect=cfg.io_timeout, read=None, write=cfg.io_timeout, pool=cfg.io_timeout)
-    return httpx.Client(transport=transport, timeout=timeout, follow_redirects=False)
+    return httpx.Client(transport=transport, timeout=timeout, follow_redirects=False, auth=cfg.auth)
 
 
 def ssl_context_for(verify: bool | str | ssl.SSLContext) -> ssl.SSLContext:

@@ -1,0 +1,46 @@
+"""The narrow hook between :class:`~exmcp_actors.OAuth` and the transports:
+an ``httpx.Auth`` for the HTTP transport's client, and the two calls the
+WebSocket transport makes around its upgrade request."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Final
+
+import httpx
+
+from ._discovery import canonical
+
+if TYPE_CHECKING:
+    from ._oauth import OAuth
+
+__all__ = ["BearerAuth"]
+
+#: New tokens tried for one request before its 401/403 goes to the caller
+#: (the OAuth object bounds step-ups on its own).
+_MAX_ROUNDS: Final = 4
+
+
+class BearerAuth(httpx.Auth):
+    """Attach the server's bearer token; on 401/403 let the OAuth object act, and retry."""
+
+    def __init__(self, oauth: OAuth, server: str) -> None:
+        self._oauth = oauth
+        self._server = canonical(server)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        # The token goes only to the server it was issued for.
+        if canonical(str(request.url.copy_with(query=None))) != self._server.split("?")[0]:
+            yield request
+            return
+        for _ in range(_MAX_ROUNDS):
+            token = self._oauth.bearer(self._server)
+            if token is not None:
+                request.headers["Authorization"] = f"Bearer {token}"
+            response = yield request
+            if response.status_code not in (401, 403):
+                return
+            if not self._oauth.challenge(
+                self._server, response.status_code, response.headers.get("www-authenticate"), token
+            ):
+                return

@@ -1,0 +1,133 @@
+"""Token endpoint requests, through authlib: client authentication
+(``client_secret_basic``, ``client_secret_post``, ``none``,
+``private_key_jwt``), the grants (authorization code with PKCE, refresh,
+client credentials, jwt-bearer) and RFC 8707 ``resource`` on each.
+
+authlib does the encoding, the client authentication, the JWT signing and
+the parsing of the token response; this module chooses what to send.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from ._discovery import AuthError
+
+__all__ = ["JWT_BEARER", "ClientIdentity", "choose_auth_method", "request_token"]
+
+#: RFC 7523 authorization grant (cross-app access hands an ID-JAG with it).
+JWT_BEARER: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+_SECRET_METHODS: Final = ("client_secret_basic", "client_secret_post")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who the client is at one authorization server."""
+
+    client_id: str
+    client_secret: str | None
+    auth_method: str
+    private_key_pem: str | None = None
+    signing_algorithm: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+            "token_endpoint_auth_method": self.auth_method,
+        }
+
+
+def choose_auth_method(supported: Any, has_secret: bool, has_key: bool) -> str:
+    """The token endpoint auth method to use, among those the server advertises."""
+    if has_key:
+        return "private_key_jwt"
+    if not has_secret:
+        return "none"
+    # RFC 8414: the default when the server advertises nothing.
+    methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
+    for method in _SECRET_METHODS:
+        if method in methods:
+            return method
+    return "client_secret_basic"
+
+
+def _signing_key(pem: str, given: str | None) -> tuple[Any, str]:
+    """The joserfc key of a PEM private key, and the JWS algorithm to use with it."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from joserfc.jwk import ECKey, OKPKey, RSAKey
+
+    try:
+        key = load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise AuthError("private_key_pem is not a readable unencrypted PEM private key") from exc
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return ECKey.import_key(pem), given or "ES256"
+    if isinstance(key, rsa.RSAPrivateKey):
+        return RSAKey.import_key(pem), given or "RS256"
+    return OKPKey.import_key(pem), given or "EdDSA"
+
+
+def request_token(
+    identity: ClientIdentity,
+    token_endpoint: str,
+    issuer: str,
+    grant_type: str,
+    params: dict[str, Any],
+    *,
+    timeout: float,
+    verify: bool,
+) -> dict[str, Any]:
+    """One token request; the token response with ``expires_at`` (epoch seconds) when it has ``expires_in``.
+
+    Raises:
+        AuthError: the server refused (its ``error`` code is in the text) or could not be reached.
+    """
+    # Imported on first use: authlib costs a noticeable part of a second to import,
+    # which hosts that never meet a protected server should not pay.
+    from authlib.common.errors import AuthlibBaseError as OAuthError
+    from authlib.integrations.httpx_client import OAuth2Client
+    from authlib.oauth2.rfc7523 import PrivateKeyJWT
+    from joserfc.errors import JoseError
+
+    secret: Any = identity.client_secret
+    method: Any = identity.auth_method
+    if identity.auth_method == "private_key_jwt":
+        assert identity.private_key_pem is not None
+        secret, alg = _signing_key(identity.private_key_pem, identity.signing_algorithm)
+        # The audience is the issuer, as the MCP extension asks. A fresh object
+        # per request: authlib stores the jti it adds in ``claims``.
+        method = PrivateKeyJWT(token_endpoint, claims={"aud": issuer}, alg=alg)
+    client = OAuth2Client(
+        client_id=identity.client_id,
+        client_secret=secret,
+        token_endpoint_auth_method=method,
+        timeout=timeout,
+        verify=verify,
+        follow_redirects=False,
+    )
+    with client:
+        body = {k: v for k, v in params.items() if v is not None}
+        if identity.auth_method == "client_secret_basic":
+            # Also in the body, as RFC 6749 section 4.1.3 allows: some servers (the MCP SDK's) look it up there.
+            body["client_id"] = identity.client_id
+        try:
+            token = client.fetch_token(token_endpoint, grant_type=grant_type, **body)
+        except httpx.HTTPError as exc:
+            raise AuthError(f"token request to {token_endpoint} failed: {type(exc).__name__}") from exc
+        except OAuthError as exc:
+            raise AuthError(f"the authorization server refused the {grant_type} token request: {exc.error}") from exc
+        except (ValueError, JoseError) as exc:  # an unusable key or token response
+            raise AuthError(f"the {grant_type} token request failed: {type(exc).__name__}") from exc
+    result = dict(token)
+    if not isinstance(result.get("access_token"), str):
+        raise AuthError("the token response has no access_token")
+    if "expires_at" not in result and isinstance(result.get("expires_in"), int | float):
+        result["expires_at"] = time.time() + float(result["expires_in"])
+    return result
