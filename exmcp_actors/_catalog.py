@@ -18,7 +18,7 @@ import threading
 from typing import Any, Final, Literal, NamedTuple
 
 from ._handle import Handle
-from ._inbox import Inbox
+from ._inbox import LatestInbox, catalog_key
 from ._protocol._errors import Error
 from ._protocol._messages import (
     CLOSED,
@@ -79,7 +79,9 @@ class Catalog(Handle):
         resolved = resolve_subscriber(subscriber)
         super().__init__(f"catalog-{client._ids.next_id()}", client, resolved.owner, None)
         if resolved.target is None:
-            self._inbox = Inbox()
+            # Each CatalogChanged carries the full list: keep only the newest per kind, so a
+            # host that reads catalog.tools and never the inbox costs bounded memory.
+            self._inbox = LatestInbox(catalog_key)
         self._target = resolved.target
         capabilities = client.server_capabilities or {}
         self.kinds: tuple[str, ...] = tuple(kind for kind in KINDS if kind in capabilities)
@@ -90,7 +92,8 @@ class Catalog(Handle):
         self._timeout = timeout
         self._closed = False
         # Subscribe first, then fetch: a change in between is then refetched, never missed.
-        self._source: Handle | None = self._open() if self.kinds else None
+        # Always a source, even with no kinds: its Closed ends the inbox on disconnect.
+        self._source: Handle | None = self._open()
         try:
             for kind in self.kinds:
                 self._lists[kind] = self._fetch(kind)
@@ -131,7 +134,8 @@ class Catalog(Handle):
     # -- the worker --------------------------------------------------------------------------
 
     def _open(self) -> Handle:
-        flt = {_FILTER_KEYS[kind]: True for kind in self.kinds}
+        # With no kinds the filter must still enable something; such messages are ignored.
+        flt = {_FILTER_KEYS[kind]: True for kind in self.kinds or KINDS[:1]}
         feed = _Feed(self._events)
         if self.client.era == "modern":
             handle: Handle = self.client.listen(flt, subscriber=feed, timeout=self._timeout)

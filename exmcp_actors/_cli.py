@@ -32,7 +32,7 @@ PROG: Final = "exmcp-watch"
 #: ``--demo`` watches this resource when no ``--uri`` is given.
 DEMO_URI: Final = "demo://clock"
 _EXIT_INTERRUPTED: Final = 130
-_CLOSE_WAIT: Final = 1.5
+_CLOSE_WAIT: Final = 0.8  # with the interrupted connect abandoned, Ctrl-C exits within 2 s
 _COLOURS: Final = ("36", "35", "34", "32", "33", "96", "95")
 
 

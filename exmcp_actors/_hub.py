@@ -12,26 +12,36 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from ._catalog import Catalog
 from ._client import Client
 from ._config import ServerSpec, load_config
 from ._connect import connect
 from ._handle import Handle
-from ._inbox import Inbox
+from ._inbox import Inbox, LatestInbox, catalog_key
 from ._protocol._errors import Error
 
 logger = logging.getLogger("exmcp_actors.hub")
 _G = TypeVar("_G", bound="_Group")
+#: connect() options every server entry sets itself.
+_PER_SERVER = frozenset(("name", "env", "cwd", "auth"))
+
+
+def _disconnect_late(future: Future[Client]) -> None:
+    """A connect that ended after the hub gave up: its server must not outlive the hub."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    future.result().disconnect(timeout=2.0)
 
 
 class _Group:
     """Handles on several clients whose messages share one inbox (unless a subscriber was given)."""
 
-    def __init__(self, subscriber: Any) -> None:
-        self._inbox = Inbox() if subscriber is None else None
+    def __init__(self, subscriber: Any, inbox: Callable[[], Inbox] = Inbox) -> None:
+        self._inbox = inbox() if subscriber is None else None
         self.subscriber = subscriber if subscriber is not None else self._inbox
         self.handles: dict[str, Handle] = {}
         #: name -> why that server has no handle here.
@@ -95,6 +105,29 @@ class HubWatch(_Group):
     """
 
 
+class _SharedInbox:
+    """The ``put()`` subscriber of a hub watch's watches: the shared inbox, within a bound.
+
+    Each watch's own ``max_pending`` counts only what waits in its proxy; what waits in the
+    shared inbox is bounded here with the same policy (change signals coalesced, anything
+    else past the bound closes the whole inbox with ``("overflow", max_pending)``).
+    """
+
+    def __init__(self, inbox: Inbox, max_pending: int, on_overflow: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._inbox = inbox
+        self._bound = Bound(max_pending, on_overflow)
+
+    def put(self, message: Any) -> None:
+        # Several proxies put at once, and a Bound is not thread-safe. One watch's closing
+        # message does not end the shared inbox (the others go on); an overflow does.
+        with self._lock:
+            admitted = self._bound.admit([message], len(self._inbox))
+            self._inbox.put_many(admitted)
+            if self._bound.overflowed:
+                self._inbox.finish()
+
+
 class HubCatalog(_Group):
     """The catalogs of every server, merged (see :meth:`Hub.catalog`).
 
@@ -148,6 +181,11 @@ class Hub:
         others still work. Bad config raises :class:`ConfigError` (a ValueError) before
         anything starts.
         """
+        clashing = sorted(_PER_SERVER & connect_options.keys())
+        if clashing:
+            raise ValueError(
+                f"Hub.from_config cannot take {', '.join(clashing)}: each server entry of the config sets them"
+            )
         specs = load_config(config)
         clients: dict[str, Client] = {}
         errors: dict[str, BaseException] = {}
@@ -165,28 +203,39 @@ class Hub:
                     logger.info("hub: server %r failed to connect: %s", name, exc)
                     errors[name] = exc
         except BaseException:
-            # Interrupted (Ctrl-C): no server process outlives us, connected or still connecting.
-            pool.shutdown(wait=True, cancel_futures=True)
+            # Interrupted (Ctrl-C): return at once, not after in-flight connects (up to
+            # connect_timeout); whatever connects later is disconnected by its callback.
+            pool.shutdown(wait=False, cancel_futures=True)
             for future in futures.values():
-                if not future.cancelled() and future.exception() is None:
-                    future.result().disconnect(timeout=2.0)
+                future.add_done_callback(_disconnect_late)
             raise
-        finally:
-            pool.shutdown(wait=True)
+        pool.shutdown(wait=True)
         return cls(clients, errors, specs)
 
-    def watch(self, filter: Any, subscriber: Any = None, timeout: float = 5.0) -> HubWatch:
+    def watch(
+        self, filter: Any, subscriber: Any = None, timeout: float = 5.0, *, max_pending: int = DEFAULT_MAX_PENDING
+    ) -> HubWatch:
         """One :meth:`Client.watch` per connected server; their messages in one inbox.
 
         A server whose watch fails is in the result's ``errors``; the others still deliver.
+        ``max_pending`` goes to every watch and also bounds the shared inbox (as for
+        :meth:`Client.watch`: past it change signals are coalesced, anything else ends the
+        inbox with a closing message whose reason is ``("overflow", max_pending)``).
         """
+        limit = check_max_pending(max_pending)
         group = HubWatch(subscriber)
-        group._add(self.clients, lambda client: client.watch(filter, group.subscriber, timeout))
+        target = group.subscriber
+        if group._inbox is not None:
+            target = _SharedInbox(group._inbox, limit, lambda: threading.Thread(target=group.close).start())
+        group._add(self.clients, lambda client: client.watch(filter, target, timeout, max_pending=limit))
         return self._keep(group)
 
     def catalog(self, subscriber: Any = None, timeout: float = 5.0) -> HubCatalog:
-        """The merged live catalog of every connected server (see :class:`HubCatalog`)."""
-        group = HubCatalog(subscriber)
+        """The merged live catalog of every connected server (see :class:`HubCatalog`).
+
+        Its inbox keeps only the newest pending :class:`CatalogChanged` per server and kind.
+        """
+        group = HubCatalog(subscriber, lambda: LatestInbox(catalog_key))
         group._add(self.clients, lambda client: client.catalog(group.subscriber, timeout))
         return self._keep(group)
 

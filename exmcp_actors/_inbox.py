@@ -87,3 +87,58 @@ def land(inbox: Inbox, messages: list[Any]) -> None:
     inbox.put_many(messages)
     if messages[-1][0] in FINAL_TAGS:
         inbox.finish()  # the closing message is the last: iteration and get() end after it
+
+
+class LatestInbox(Inbox):
+    """An inbox that keeps only the newest pending message per key (``key(message)``).
+
+    For messages that each carry the full state (a catalog's :class:`CatalogChanged` holds
+    the whole list): a host that never reads the inbox costs one message per key, not one
+    per refresh. Messages whose key is None are queued as usual.
+    """
+
+    __slots__ = ("_key", "_latest", "_lock")
+
+    def __init__(self, key: Any) -> None:
+        super().__init__()
+        self._key = key
+        self._latest: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    def put(self, item: Any) -> None:
+        key = self._key(item)
+        if key is None:
+            super().put(item)
+            return
+        with self._lock:
+            waiting = key in self._latest
+            self._latest[key] = item
+        if not waiting:
+            super().put(_Slot(key))
+
+    def put_many(self, items: Iterable[Any]) -> None:
+        for item in items:
+            self.put(item)
+
+    def get(self, timeout: float | None = None) -> Any:
+        item = super().get(timeout)
+        if isinstance(item, _Slot):
+            with self._lock:
+                return self._latest.pop(item.key)
+        return item
+
+
+class _Slot:
+    """Where a coalesced message waits in a :class:`LatestInbox` (the message itself is kept aside)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+
+def catalog_key(message: Any) -> Any:
+    """A :class:`CatalogChanged`'s coalescing key: its catalog and kind (None for anything else)."""
+    if message[0] == "ex_mcp_catalog_changed":
+        return (id(message[1]), message[2])
+    return None

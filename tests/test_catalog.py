@@ -112,3 +112,29 @@ def test_inbox_ends_when_the_client_disconnects() -> None:
         client.disconnect()
         catalog._worker.join(WAIT)
         assert list(catalog) == []  # iteration ends: the inbox is finished
+
+
+def test_unread_refreshes_leave_one_pending_message_per_kind() -> None:
+    with FakeServer() as server, mcp.connect(server.transport()) as client, client.catalog() as catalog:
+        for n in range(1000):
+            catalog._publish("tools", [{"name": f"t{n}"}])  # as the worker does after each refetch
+            catalog._publish("prompts", [{"name": f"p{n}"}])
+        assert catalog.pending() == 2
+        latest: dict[str, Any] = {}
+        for _ in range(2):
+            message = catalog.get_nowait()
+            latest[message.kind] = message.items
+        assert latest == {"tools": [{"name": "t999"}], "prompts": [{"name": "p999"}]}
+        with pytest.raises(queue.Empty):
+            catalog.get_nowait()
+
+
+def test_inbox_ends_on_disconnect_when_the_server_advertises_no_kinds() -> None:
+    with FakeServer(capabilities={}) as server:
+        client = mcp.connect(server.transport())
+        catalog = client.catalog()
+        assert catalog.kinds == ()
+        client.disconnect()
+        catalog._worker.join(WAIT)
+        assert not catalog._worker.is_alive()
+        assert list(catalog) == []

@@ -6,6 +6,7 @@ import configparser
 import io
 import json
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import exmcp_actors as mcp
 from exmcp_actors import _cli
 from tests.cli_helpers import ROOT, Cli, run_cli, wait_gone
 from tests.peers.launch import peer_argv
+from tests.sdk_helpers import WAIT
 
 URI_A = "file:///a.txt"
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
@@ -196,3 +198,19 @@ def test_python_m_without_watch_shows_usage() -> None:
         timeout=30,
     )
     assert done.returncode == 2 and "watch" in done.stderr
+
+
+def test_ctrl_c_during_a_connect_that_never_answers_exits_promptly() -> None:
+    never = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with Cli("--", *never) as cli:
+        deadline = time.monotonic() + WAIT
+        while not cli.children() and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the process table: nothing to wait on
+        children = cli.children()
+        assert children, "exmcp-watch did not start its server"
+        time.sleep(0.5)  # the connect is under way, waiting for an initialize answer
+        rc, took = cli.interrupt()
+        assert rc in (0, 130), cli.stderr
+        assert took < 2.5, f"exited {took:.2f}s after SIGINT"
+        assert "Traceback" not in cli.stderr, cli.stderr
+        assert wait_gone(children) == []

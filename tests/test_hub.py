@@ -111,3 +111,33 @@ def test_spec_describes_without_secrets() -> None:
     )
     assert specs["a"].describe() == "https://h.example/mcp?token=..."
     assert specs["b"].describe() == "server"
+
+
+def test_per_server_connect_options_are_refused_up_front() -> None:
+    config = {"mcpServers": {"a": {"command": "never-started"}}}
+    with pytest.raises(ValueError, match="cannot take cwd, name") as caught:
+        mcp.Hub.from_config(config, name="x", cwd="/")
+    assert "each server entry" in str(caught.value)
+
+
+def test_unread_hub_inboxes_stay_bounded() -> None:
+    with FakeServer() as server:
+        config = {"mcpServers": {"a": {"url": server.serve_websocket()}}}
+        with mcp.Hub.from_config(config, backoff=FAST_BACKOFF) as hub:
+            catalog = hub.catalog()
+            inner = catalog.catalogs["a"]
+            for n in range(1000):
+                inner._publish("tools", [{"name": f"t{n}"}])  # as its worker does after each refetch
+            assert catalog.pending() == 1
+            assert catalog.get_nowait().items == [{"name": "t999"}]
+
+            watch = hub.watch({"toolsListChanged": True}, max_pending=5)
+            with hub.clients["a"].watch({"toolsListChanged": True}) as probe:
+                for _ in range(1000):
+                    server.list_changed("tools")
+                for _ in range(1000):
+                    probe.get(timeout=WAIT)  # every notification has reached the client
+            assert watch.pending() <= 5 + 1  # the bound, plus one per signal key past it (_bound.py)
+            assert {m.method for m in [watch.get_nowait() for _ in range(watch.pending())]} == {
+                "notifications/tools/list_changed"
+            }
