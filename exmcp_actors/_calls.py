@@ -287,6 +287,11 @@ class ServerCalls:
     def set_roots(self, roots: list[dict[str, Any]]) -> None:
         """Replace the roots the client answers ``roots/list`` with; a legacy server hears
         ``notifications/roots/list_changed`` (if the client was connected with ``roots=``)."""
+        if not self._host.abilities.roots:
+            raise ValueError(
+                "set_roots() needs a client connected with roots=[...]: without it the client "
+                "neither advertises roots nor answers roots/list"
+            )
         checked = check_roots(roots)
         self._host.roots = checked  # 2026-07-28 input requests are answered in the caller's thread
         try:

@@ -134,6 +134,12 @@ class Book(Generic[T]):
         with self._lock:
             return self._items.get(key)
 
+    def drain(self) -> list[T]:
+        """Every item, leaving the book empty."""
+        with self._lock:
+            items, self._items = list(self._items.values()), {}
+        return items
+
 
 class HostRuntime:
     """One client's host side, shared by its actor (which submits) and its facade (which registers)."""
@@ -213,8 +219,9 @@ class HostRuntime:
         with self._early_lock:
             task = self.tasks.get(params["taskId"])
             if task is None:
-                # A status may come before call_tool has made the task's handle: keep a few.
-                self._early.setdefault(params["taskId"], []).append(params)
+                # A status may come before call_tool has made the task's handle: keep the latest of a few
+                # (only the latest, so a server repeating statuses costs nothing more).
+                self._early[params["taskId"]] = [params]
                 while len(self._early) > MAX_EARLY_TASKS:
                     self._early.pop(next(iter(self._early)))
                 return
@@ -231,3 +238,5 @@ class HostRuntime:
     def close(self) -> None:
         self.handler_pool.close()
         self.callback_pool.close()
+        for task in self.tasks.drain():  # their readers stop waiting: no status can come any more
+            task._end()

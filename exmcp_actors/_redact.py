@@ -9,7 +9,10 @@ headers at DEBUG, and websocket-client's trace logs the whole handshake. So
 import: it rewrites a record's message before any handler sees it.
 
 A filter on a logger applies only to records created at that logger (not to
-those propagating from its children), hence the list of exact names.
+those propagating from its children), so :func:`install` also wraps the
+log-record factory: every record whose logger name falls under
+:data:`PREFIXES` (``exmcp_actors.hub``, ``authlib.oauth2...``, any added later)
+is redacted when it is created.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from __future__ import annotations
 import logging
 import re
 import urllib.parse
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 #: Every logger the library or its dependencies log to while it works.
 LOGGERS: Final = (
@@ -34,6 +38,8 @@ LOGGERS: Final = (
     "hpack",
     "websocket",
 )
+#: Logger-name roots whose whole subtree is redacted, whatever the child's name.
+PREFIXES: Final = ("exmcp_actors", "httpx", "httpcore", "hpack", "websocket", "authlib")
 MASK: Final = "***"
 
 # scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote.
@@ -100,9 +106,29 @@ class RedactingFilter(logging.Filter):
 _FILTER: Final = RedactingFilter()
 
 
+def covered(name: str) -> bool:
+    """True when records of logger ``name`` are redacted (it lies under :data:`PREFIXES`)."""
+    return any(name == root or name.startswith(root + ".") for root in PREFIXES)
+
+
+class _RedactingFactory:
+    """Wraps the previous log-record factory; redacts records of loggers under :data:`PREFIXES`."""
+
+    def __init__(self, previous: Callable[..., logging.LogRecord]) -> None:
+        self.previous = previous
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.previous(*args, **kwargs)
+        if covered(record.name):
+            _FILTER.filter(record)
+        return record
+
+
 def install() -> None:
-    """Put the filter on every logger of :data:`LOGGERS` (idempotent)."""
-    for name in LOGGERS:
+    """Redact every record of the loggers under :data:`PREFIXES` (idempotent)."""
+    for name in LOGGERS:  # kept too: a host may replace the record factory without chaining
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+    if not isinstance(logging.getLogRecordFactory(), _RedactingFactory):
+        logging.setLogRecordFactory(_RedactingFactory(logging.getLogRecordFactory()))

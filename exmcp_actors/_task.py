@@ -72,7 +72,12 @@ class Task:
         """From the client actor's shell: a ``notifications/tasks/status`` for this task."""
         if self._noted(params):
             self._inbox.put(Notification(NOTIFICATION, self, TASK_STATUS, params))
-        if params.get("status") in TERMINAL_TASK_STATES and not self._ended.is_set():
+        if params.get("status") in TERMINAL_TASK_STATES:
+            self._end()
+
+    def _end(self) -> None:
+        """No more statuses: a terminal one came, or the client closed."""
+        if not self._ended.is_set():
             self._ended.set()
             self._inbox.put(_END)
             self._client._host.tasks.pop(self.task_id)
@@ -91,7 +96,9 @@ class Task:
             RequestError: the task failed (or the server answered ``tasks/result`` with an error).
             RequestTimeout: not terminal within ``timeout`` seconds (None: wait as long as it takes).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        from ._calls import check_timeout  # here: _calls imports this module
+
+        deadline = None if timeout is None else time.monotonic() + check_timeout("timeout", timeout)
         while True:
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             try:
@@ -101,7 +108,7 @@ class Task:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
         if self.status not in TERMINAL_TASK_STATES:
-            self.refresh(timeout=timeout)
+            self.refresh(timeout=None if deadline is None else max(deadline - time.monotonic(), 0.001))
         if self.status == "failed":
             message = self.info.get("statusMessage") or f"task {self.task_id} failed"
             raise RequestError(INTERNAL_ERROR, str(message), data=answer)

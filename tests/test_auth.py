@@ -347,3 +347,42 @@ def test_oversized_metadata_is_ignored() -> None:
     with httpx.Client(transport=httpx.MockTransport(answer)) as client:
         found = discover(client, "http://srv.test/mcp", {})
     assert found.resource is None  # treated as absent: the 2025-03-26 fallback
+
+
+def test_an_unopened_browser_leaves_the_authorization_url_out_of_logs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from exmcp_actors._auth._browser import open_browser
+
+    monkeypatch.setattr("exmcp_actors._auth._browser.webbrowser.open", lambda url: False)
+    url = "https://as.test/authorize?client_id=cid&state=st4te&code_challenge=ch4l&redirect_uri=http%3A%2F%2F127.0.0.1"
+    with caplog.at_level(logging.DEBUG):
+        open_browser(url)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "https://as.test/authorize" in logged
+    assert "st4te" not in logged and "ch4l" not in logged and "cid" not in logged
+    assert url in capsys.readouterr().err  # the user still gets the URL to open
+
+
+def test_bearer_waits_bounded_while_another_connection_authorizes() -> None:
+    auth = mcp.OAuth(on_authorize=refuse, timeout=0.2)
+    held, release = threading.Event(), threading.Event()
+
+    def authorizing() -> None:
+        with auth._lock:  # what a browser authorization does for minutes
+            held.set()
+            release.wait(10.0)
+
+    worker = threading.Thread(target=authorizing)
+    worker.start()
+    try:
+        assert held.wait(10.0)
+        started = time.monotonic()
+        with pytest.raises(AuthError, match="another connection has been authorizing"):
+            auth.bearer("http://a.test/mcp")
+        assert time.monotonic() - started < 5.0
+        assert auth.challenge("http://a.test/mcp", 401, None, None) is False
+    finally:
+        release.set()
+        worker.join(10.0)
+    assert auth.bearer("http://a.test/mcp") is None  # free again

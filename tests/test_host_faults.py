@@ -4,6 +4,7 @@ junk; cancelled server requests; bad params, progress and log messages; tasks th
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -338,3 +339,47 @@ def test_a_task_status_sent_before_the_call_returns_is_not_lost(server: FakeServ
         task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
         assert task.get(timeout=TIMEOUT).params["status"] == "input_required"
         assert task.status == "input_required"
+
+
+def test_a_task_handle_ends_when_the_client_disconnects(server: FakeServer) -> None:
+    FakeTasks(server)
+    client = mcp.connect(server.transport(), reconnect=False)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    ended = threading.Event()
+
+    def reader() -> None:
+        list(task)  # blocks until the task ends
+        ended.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    client.disconnect()
+    assert ended.wait(TIMEOUT), "iterating a task kept blocking after disconnect()"
+    with pytest.raises(queue.Empty):
+        task.get(timeout=TIMEOUT)
+
+
+def test_only_the_latest_early_status_of_a_task_is_kept(server: FakeServer) -> None:
+    @server.on("tools/call")
+    def call(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        for i in range(1000):  # a server chattering before the handle exists costs one entry, not 1,000
+            status = "input_required" if i % 2 else "working"
+            ctx.notify("notifications/tasks/status", {"taskId": "early-2", "status": status})
+        return {"task": {"taskId": "early-2", "status": "working"}}
+
+    with mcp.connect(server.transport()) as client:
+        task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        assert task.get(timeout=TIMEOUT).params["status"] == "input_required"
+        with pytest.raises(queue.Empty):
+            task.get(timeout=0.05)
+
+
+def test_task_result_names_a_wrong_typed_timeout(server: FakeServer, connect: Callable[..., mcp.Client]) -> None:
+    FakeTasks(server)
+    task = connect().call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    with pytest.raises(TypeError, match="timeout"):
+        task.result(timeout="5")  # type: ignore[arg-type]
+
+
+def test_set_roots_without_roots_given_at_connect_is_refused(connect: Callable[..., mcp.Client]) -> None:
+    with pytest.raises(ValueError, match="roots="):
+        connect().set_roots([{"uri": "file:///a"}])

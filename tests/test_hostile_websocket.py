@@ -52,7 +52,7 @@ def test_a_peer_trickling_an_unfinished_frame_is_dead_after_the_heartbeat_window
         thread.join(WAIT)
         transport.close()
     assert "heartbeat timeout" in reason
-    assert elapsed < 0.2 + 0.3 + 1.0  # the window, plus scheduling slack
+    assert elapsed < 0.2 + 0.3 + 2.0  # the window, plus scheduling slack on a slow machine
 
 
 @contextlib.contextmanager

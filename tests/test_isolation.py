@@ -252,7 +252,7 @@ def test_a_put_blocked_forever_holds_up_neither_unsubscribe_nor_disconnect(serve
     eventually(lambda: other_gate.started == 500, what="the other subscriber's deliveries")
     started = time.monotonic()
     client.disconnect(timeout=0.5)
-    assert time.monotonic() - started < 0.5 + 0.2
+    assert time.monotonic() - started < 0.5 + 1.0  # its timeout, plus scheduling slack on a slow machine
     assert other_gate.items[-1] == ("ex_mcp_notification_closed", other, "disconnected")
     gate.release.set()
     eventually(lambda: {t for t in library_threads() if t.is_alive()} <= before, what="the library's threads ending")

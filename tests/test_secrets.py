@@ -5,6 +5,7 @@ a stdio server's arguments or its environment. Every record at DEBUG is captured
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,3 +91,24 @@ def test_redaction_of_what_dependencies_log() -> None:
     ]
     for sample in samples:
         assert SECRET not in redact_text(sample), redact_text(sample)
+
+
+@pytest.mark.parametrize("name", ["exmcp_actors.hub", "exmcp_actors.auth", "exmcp_actors.some.new.child", "authlib.x"])
+def test_every_library_logger_is_redacted(everything: _Everything, name: str) -> None:
+    logging.getLogger(name).warning("fetching %s", f"https://u:{SECRET}@h/mcp?code={SECRET}&state={SECRET}")
+    _assert_kept(everything, expect="https://h/mcp?***")
+
+
+def test_every_logger_the_package_names_is_covered() -> None:
+    from exmcp_actors._redact import covered
+
+    package = Path(mcp.__file__).resolve().parent
+    names = {
+        match
+        for path in package.rglob("*.py")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if ">>>" not in line  # a docstring example, not a logger the package uses
+        for match in re.findall(r"getLogger\(\"([^\"]+)\"\)", line)
+    }
+    assert "exmcp_actors.hub" in names
+    assert [name for name in names if not covered(name)] == []

@@ -7,11 +7,13 @@ from __future__ import annotations
 import http.server
 import logging
 import socket
+import sys
 import threading
 import webbrowser
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
+from .._redact import redact_url
 from ._discovery import AuthError
 
 __all__ = ["LoopbackListener", "loopback_redirect"]
@@ -105,5 +107,6 @@ class LoopbackListener:
 def open_browser(authorization_url: str) -> None:
     """Open the system browser; say where to go when there is none."""
     if not webbrowser.open(authorization_url):
-        # The URL holds no secret (PKCE sends only the challenge), so the user may copy it.
-        logger.warning("could not open a browser: open this URL to authorize: %s", authorization_url)
+        # The URL (state, code challenge, client id) goes to the user on stderr, never to a log.
+        logger.warning("could not open a browser to authorize with %s", redact_url(authorization_url))
+        print(f"Open this URL in a browser to authorize:\n{authorization_url}", file=sys.stderr)

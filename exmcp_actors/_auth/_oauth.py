@@ -153,7 +153,13 @@ class OAuth:
     def bearer(self, server: str) -> str | None:
         """The access token for ``server`` (refreshed first when it expired), or None."""
         key = _http_url(server)
-        with self._lock:
+        # Bounded: another connection may hold the lock through a browser authorization.
+        if not self._lock.acquire(timeout=self.timeout):
+            raise AuthError(
+                f"another connection has been authorizing with this OAuth object for over {self.timeout:.0f}s;"
+                " no token to send yet"
+            )
+        try:
             record = self.storage.load(key) or {}
             tokens = record.get("tokens")
             if not isinstance(tokens, dict) or not isinstance(tokens.get("access_token"), str):
@@ -169,12 +175,16 @@ class OAuth:
                     return None
             token: str = tokens["access_token"]
             return token
+        finally:
+            self._lock.release()
 
     def challenge(self, server: str, status: int, www_authenticate: str | None, sent: str | None) -> bool:
         """Handle a 401/403 from ``server``; True when a retry with a new token makes sense."""
         key = _http_url(server)
         params = parse_challenge(www_authenticate)
-        with self._lock:
+        if not self._lock.acquire(timeout=self.timeout):
+            return False  # another connection is still authorizing: its caller gets the 401
+        try:
             current = self.bearer(key)
             if current is not None and current != sent:
                 return True  # another request already got a new token
@@ -187,6 +197,8 @@ class OAuth:
                 return False
             self.last_error = None
             return True
+        finally:
+            self._lock.release()
 
     def _failed(self, key: str, exc: AuthError) -> None:
         self.last_error = str(exc)

@@ -9,7 +9,6 @@ done; the suite judges what it saw on the wire.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -102,9 +101,7 @@ def main() -> int:
     auth = make_auth(scenario, context())
     if auth is not None:
         kwargs["auth"] = auth
-    if "elicitation" in inspect.signature(mcp.connect).parameters:
-        kwargs["elicitation"] = accept_with_defaults
-    with mcp.connect(url, **kwargs) as client:
+    with mcp.connect(url, elicitation=accept_with_defaults, **kwargs) as client:
         tools = client.list_tools()
         if scenario.startswith("auth/") and tools:
             # Some servers want more scope for a call (step-up): the suite checks the flow, not the result.
