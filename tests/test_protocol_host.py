@@ -15,6 +15,7 @@ from exmcp_actors._protocol._host_checks import (
     finish_answer,
 )
 from exmcp_actors._protocol._host_requests import MAX_IN_HANDLERS, HostRequests
+from exmcp_actors._protocol._host_tasks import MAX_WAITING, ClientTasks
 from exmcp_actors._protocol._jsonrpc import ServerRequest
 
 SAMPLE = {"messages": [], "maxTokens": 5}
@@ -92,3 +93,20 @@ def test_requests_waiting_for_handlers_are_bounded() -> None:
     host.on_request(ServerRequest("one-more", "sampling/createMessage", SAMPLE), generation=1)
     [answer] = sent(effects)
     assert answer["id"] == "one-more" and answer["error"]["code"] == -32603
+
+
+def test_tasks_result_requests_waiting_on_one_task_are_bounded() -> None:
+    effects = ev.Effects()
+    tasks = ClientTasks(effects)
+    task_id = tasks.create("create", {"ttl": 1000})
+    effects.take()
+    for n in range(MAX_WAITING):
+        tasks.on_request(ServerRequest(n, "tasks/result", {"taskId": task_id}))
+    assert sent(effects) == []  # all wait for the end
+    tasks.on_request(ServerRequest("one-more", "tasks/result", {"taskId": task_id}))
+    [refused] = sent(effects)
+    assert refused["id"] == "one-more" and refused["error"]["code"] == -32603
+    assert task_id is not None
+    tasks.finished(task_id, {"content": []}, None)
+    answers = [a for a in sent(effects) if "id" in a]  # (the status notification has none)
+    assert sorted(a["id"] for a in answers) == list(range(MAX_WAITING))  # each waiting one answered once

@@ -21,6 +21,8 @@ from ._filters import TASK_STATUS
 from ._host_checks import TERMINAL_TASK_STATES
 
 MAX_TASKS = 64
+#: Most ``tasks/result`` requests one task keeps waiting (a server repeating itself costs no more).
+MAX_WAITING = 16
 DEFAULT_TTL_MS = 300_000
 POLL_INTERVAL_MS = 500
 TASK_METHODS: frozenset[str] = frozenset(("tasks/get", "tasks/result", "tasks/list", "tasks/cancel"))
@@ -120,8 +122,11 @@ class ClientTasks:
         elif msg.method == "tasks/result":
             if task.status in TERMINAL_TASK_STATES:
                 self._send_result(task, msg.id)
-            else:
+            elif len(task.waiting) < MAX_WAITING:
                 task.waiting.append(msg.id)
+            else:
+                why = f"task {task_id} already has {MAX_WAITING} tasks/result requests waiting"
+                self.effects.send(rpc.error_frame(msg.id, rpc.INTERNAL_ERROR, why))
         elif task.status in TERMINAL_TASK_STATES:
             self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, f"task {task_id} is already {task.status}"))
         else:
