@@ -15,8 +15,10 @@ Waiting is always on events (conditions, queues, joins) with a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import logging
 import os
 import queue
 import signal
@@ -530,3 +532,25 @@ class Collected:
                 yield self.items.get_nowait()
             except queue.Empty:
                 return
+
+
+@contextlib.contextmanager
+def every_log_record() -> Iterator[list[str]]:
+    """Every record of every logger at DEBUG, rendered as a host's handler would (tracebacks too)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Keep(logging.DEBUG)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)

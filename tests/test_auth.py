@@ -23,6 +23,7 @@ import exmcp_actors as mcp
 from exmcp_actors._auth import BearerAuth
 from exmcp_actors._auth._discovery import AuthError, discover, parse_challenge
 from tests.peers.auth_server import SCOPE, AuthPeer, MemoryProvider
+from tests.sdk_helpers import every_log_record
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
@@ -56,23 +57,8 @@ def peer() -> Iterator[AuthPeer]:
 @pytest.fixture
 def all_logs() -> Iterator[list[str]]:
     """Every log record of every logger, rendered (messages and exceptions)."""
-    records: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(self.format(record))
-
-    handler = Keep(logging.DEBUG)
-    handler.setFormatter(logging.Formatter("%(name)s %(message)s %(exc_info)s"))
-    root = logging.getLogger()
-    old = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield records
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old)
+    with every_log_record() as lines:
+        yield lines
 
 
 def test_code_flow_with_pkce_against_the_sdk_authorization_server(peer: AuthPeer) -> None:

@@ -15,35 +15,16 @@ from peers.launch import Peer
 
 import exmcp_actors as mcp
 from exmcp_actors._redact import redact_text, redact_url
+from tests.sdk_helpers import every_log_record
 
 SECRET = "Zs3cr3tZ"
 STUBBORN = Path(__file__).resolve().parent / "hosts" / "stubborn_server.py"
 
 
-class _Everything(logging.Handler):
-    """Formats every record, traceback included, as a host's handler would."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
 @pytest.fixture
-def everything() -> Iterator[_Everything]:
-    root = logging.getLogger()
-    handler = _Everything()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
+def everything() -> Iterator[list[str]]:
+    with every_log_record() as lines:
+        yield lines
 
 
 def _session(transport: mcp.Transport) -> None:
@@ -54,20 +35,20 @@ def _session(transport: mcp.Transport) -> None:
         listener.unsubscribe()
 
 
-def _assert_kept(handler: _Everything, *, expect: str) -> None:
-    text = "\n".join(handler.lines)
+def _assert_kept(lines: list[str], *, expect: str) -> None:
+    text = "\n".join(lines)
     assert expect in text, text[-2000:]  # the session was logged at all
-    assert SECRET not in text, [line for line in handler.lines if SECRET in line][:5]
+    assert SECRET not in text, [line for line in lines if SECRET in line][:5]
 
 
-def test_stdio_argv_and_env_stay_out_of_every_record(everything: _Everything) -> None:
+def test_stdio_argv_and_env_stay_out_of_every_record(everything: list[str]) -> None:
     argv = [sys.executable, str(STUBBORN), "--token", SECRET]
     _session(mcp.StdioTransport(argv, env={"API_KEY": SECRET}, stop_timeout=0.5))
     _assert_kept(everything, expect="exmcp_actors")
 
 
 def test_http_credentials_query_and_headers_stay_out_of_every_record(
-    everything: _Everything, sdk_http_peer_legacy: Peer
+    everything: list[str], sdk_http_peer_legacy: Peer
 ) -> None:
     url = sdk_http_peer_legacy.url.replace("http://", f"http://user:{SECRET}@") + f"?token={SECRET}"
     _session(mcp.HttpTransport(url, headers={"Authorization": f"Bearer {SECRET}", "X-Api-Key": SECRET}))
@@ -75,7 +56,7 @@ def test_http_credentials_query_and_headers_stay_out_of_every_record(
 
 
 def test_websocket_credentials_query_and_headers_stay_out_of_every_record(
-    everything: _Everything, sdk_ws_peer_legacy: Peer
+    everything: list[str], sdk_ws_peer_legacy: Peer
 ) -> None:
     url = sdk_ws_peer_legacy.url.replace("ws://", f"ws://user:{SECRET}@") + f"?token={SECRET}"
     _session(mcp.WebSocketTransport(url, headers={"Authorization": f"Bearer {SECRET}"}))
@@ -94,7 +75,7 @@ def test_redaction_of_what_dependencies_log() -> None:
 
 
 @pytest.mark.parametrize("name", ["exmcp_actors.hub", "exmcp_actors.auth", "exmcp_actors.some.new.child", "authlib.x"])
-def test_every_library_logger_is_redacted(everything: _Everything, name: str) -> None:
+def test_every_library_logger_is_redacted(everything: list[str], name: str) -> None:
     logging.getLogger(name).warning("fetching %s", f"https://u:{SECRET}@h/mcp?code={SECRET}&state={SECRET}")
     _assert_kept(everything, expect="https://h/mcp?***")
 
