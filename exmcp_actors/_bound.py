@@ -66,18 +66,20 @@ class Bound:
     """One handle's bound. ``admit`` runs where messages are queued (the client actor, or a
     reader thread through the lane, never both at once); ``done`` is the proxy's count."""
 
-    __slots__ = ("_on_overflow", "_signal_at", "done", "limit", "overflowed", "sent")
+    __slots__ = ("_args", "_on_overflow", "_signal_at", "done", "limit", "overflowed", "sent")
 
-    def __init__(self, limit: int, on_overflow: Callable[[], None]) -> None:
+    def __init__(self, limit: int, on_overflow: Callable[..., None], *args: Any) -> None:
         self.limit = limit
         #: Messages queued so far; the n-th queued (from 0) is pending while n >= sent - pending.
         self.sent = 0
         #: Messages a proxy has handed over (unused for an inbox, whose size says it).
         self.done = 0
         self.overflowed = False
+        #: ``on_overflow(*args)`` once the handle overflows (no closure: one object less per handle).
         self._on_overflow = on_overflow
-        #: Where the last signal of each key admitted at the bound was queued.
-        self._signal_at: dict[Hashable, int] = {}
+        self._args = args
+        #: Where the last signal of each key admitted at the bound was queued (made at the bound).
+        self._signal_at: dict[Hashable, int] | None = None
 
     def admit(self, messages: list[Any], pending: int) -> list[Any]:
         """What to queue of ``messages``, ``pending`` waiting already."""
@@ -96,7 +98,7 @@ class Bound:
                 admitted.append(overflow_closing(message, self.limit))
                 self.sent += 1
                 self.overflowed = True
-                self._on_overflow()
+                self._on_overflow(*self._args)
                 break
             else:
                 admitted.append(message)
@@ -110,12 +112,15 @@ class Bound:
         if key is None:
             return True
         oldest_waiting = self.sent - pending
-        at = self._signal_at.get(key)
+        signal_at = self._signal_at
+        if signal_at is None:
+            signal_at = self._signal_at = {}
+        at = signal_at.get(key)
         if at is not None and at >= oldest_waiting:
             return False
-        if len(self._signal_at) >= self.limit:  # forget the keys no longer waiting
-            self._signal_at = {k: v for k, v in self._signal_at.items() if v >= oldest_waiting}
-        self._signal_at[key] = self.sent
+        if len(signal_at) >= self.limit:  # forget the keys no longer waiting
+            signal_at = self._signal_at = {k: v for k, v in signal_at.items() if v >= oldest_waiting}
+        signal_at[key] = self.sent
         return True
 
     def admit_one(self, message: Any) -> list[Any]:

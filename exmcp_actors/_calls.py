@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pykka
 
@@ -23,6 +23,9 @@ from ._protocol._handshake import META_CLIENT_CAPABILITIES
 from ._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
 from ._protocol._jsonrpc import RequestBuilder
 from ._task import Task
+
+if TYPE_CHECKING:
+    from ._client_actor import SharedState
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES = 10_000
@@ -56,6 +59,7 @@ class ServerCalls:
     """Requests to the server; every call blocks for at most its ``timeout`` (or the client's default)."""
 
     _ref: pykka.ActorRef[Any]
+    _shared: SharedState
     _ids: RequestBuilder
     _request_timeout: float
     _host: HostRuntime
@@ -83,10 +87,14 @@ class ServerCalls:
         """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`)."""
         request_id = self._ids.next_id()
         future: Future[Any] = Future()
-        try:
-            self._ref.tell(SendRequest(request_id, method, params, future))
-        except pykka.ActorDeadError:
-            raise NotConnected("the client is disconnected") from None
+        message = SendRequest(request_id, method, params, future)
+        door = self._shared.door
+        # From this thread, unless the client actor stays busy: it would only pass the frame on.
+        if door is None or not door.send_request(message):
+            try:
+                self._ref.tell(message)
+            except pykka.ActorDeadError:
+                raise NotConnected("the client is disconnected") from None
         return PendingRequest(request_id, method, future)
 
     def _await_request(self, pending: PendingRequest, wait: float) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -23,7 +22,6 @@ from ._listener import Listener
 from ._protocol._errors import ListenerNotFound, NotConnected, RequestTimeout, UseListen
 from ._protocol._events import (
     AbandonListener,
-    Acquire,
     ActivateListener,
     CancelSubscription,
     OpenSubscription,
@@ -34,7 +32,7 @@ from ._protocol._events import (
 )
 from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from ._protocol._jsonrpc import RequestBuilder
-from ._refcount_worker import Inspect, SharedBook
+from ._refcount_worker import Inspect, SharedBook, Unanswered, acquire_uris
 from ._subscriber_proxy import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
 from ._subscription import Subscription, Watch
 
@@ -150,7 +148,7 @@ class Client(ServerCalls, CatalogCalls):
         """The host's handle, with its own inbox unless its subscriber is an actor or a put() object."""
         resolved = resolve_subscriber(subscriber)
         handle_id = f"{kind}-{self._ids.next_id()}"
-        bound = Bound(max_pending, functools.partial(self._tell, Overflowed(handle_id)))
+        bound = Bound(max_pending, self._overflowed, handle_id)
         inbox = Inbox(bound) if resolved.target is None else None
         handle: Handle
         if kind == "watch":
@@ -171,17 +169,16 @@ class Client(ServerCalls, CatalogCalls):
         handle, resolved = self._new_handle(flt, subscriber, kind, "legacy", limit)
         handle_id = handle.id
         uris = flt.uris
-        if not uris or self._held_path(handle_id, uris):
-            # Nothing for the worker (no URIs, or every one held already and taken on this thread):
-            # the client actor registers and activates in one step.
-            self._ask_or_abandon(RegisterListener(handle, kind, flt, resolved, activate=True), handle_id, True, wait)
-            return handle
         try:
-            if self._ready_for("legacy"):
-                # The likely case: the URIs first (the worker checks the subscriber before the wire),
-                # then one step on the client actor, which checks again and releases if it refuses.
+            if not uris or self._held_path(handle_id, uris):
+                # Nothing for the wire (no URIs, or every one held already and taken on this
+                # thread): registered and activated in one step.
+                self._register_now(RegisterListener(handle, kind, flt, resolved, activate=True), wait)
+            elif self._ready_for("legacy"):
+                # The likely case: the URIs first (checking the subscriber before each wire call),
+                # then one step that checks again and releases if it refuses.
                 self._acquire(handle_id, uris, resolved.alive, deadline, wait)
-                self._ask(RegisterListener(handle, kind, flt, resolved, activate=True), remaining(deadline))
+                self._register_now(RegisterListener(handle, kind, flt, resolved, activate=True), remaining(deadline))
             else:
                 # Registered first: the client actor says why it cannot (era, status) before any wire call.
                 self._ask(RegisterListener(handle, kind, flt, resolved), wait)
@@ -189,12 +186,19 @@ class Client(ServerCalls, CatalogCalls):
                 self._ask(ActivateListener(handle_id), remaining(deadline))
         except BaseException:
             # Whatever failed, and even if a timed-out ask is still queued: the abandon is queued
-            # behind it on the client, the release behind any acquisition on the worker, so
-            # nothing of this registration survives (both are no-ops when there is nothing left).
+            # behind it on the client, and the release gives back whatever this handle still
+            # holds (both are no-ops when there is nothing left).
             self._tell(AbandonListener(handle_id))
             self._release_on_worker(handle_id)
             raise
         return handle
+
+    def _register_now(self, message: RegisterListener, wait: float) -> None:
+        """Register and activate: on this thread if the session allows it (see ``_door``), else
+        through the client actor."""
+        door = self._shared.door
+        if door is None or not door.register(message, wait):
+            self._ask(message, wait)
 
     def _held_path(self, handle_id: Any, uris: tuple[str, ...]) -> bool:
         """Take every URI on this thread if all are held already (see ``_refcount_worker``)."""
@@ -205,24 +209,34 @@ class Client(ServerCalls, CatalogCalls):
         shared = self._shared
         return shared.status == "ready" and shared.era == era
 
-    def _ask_or_abandon(self, message: Any, handle_id: Any, release: bool, wait: float) -> None:
-        try:
-            self._ask(message, wait)
-        except BaseException:
-            self._tell(AbandonListener(handle_id))  # queued behind the ask, if that is still queued
-            if release:
-                self._release_on_worker(handle_id)  # a no-op when it holds nothing
-            raise
-
     def _acquire(self, handle_id: Any, uris: tuple[str, ...], alive: Any, deadline: float, wait: float) -> None:
-        worker = self._worker
-        assert worker is not None
+        """Take the URIs on this thread, in this client's one wire turn (see ``_refcount_worker``).
+        On failure the worker gives back what was taken; this waits for that until the deadline."""
+        book, worker = self._book, self._worker
+        assert book is not None and worker is not None
+        timed_out = RequestTimeout(f"resources/subscribe did not finish within {wait}s")
+        if not book.serial.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise timed_out
+
+        def subscribe(uri: str) -> None:
+            pending = self._send_request("resources/subscribe", {"uri": uri})
+            try:
+                pending.future.result(max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                # Still in flight: the worker waits for it, and unsubscribes if nobody holds the URI.
+                worker.tell(Unanswered(uri, pending))
+                raise timed_out from None
+
         try:
-            worker.ask(Acquire(handle_id, uris, alive), timeout=max(0.0, deadline - time.monotonic()))
-        except pykka.Timeout:
-            raise RequestTimeout(f"resources/subscribe did not finish within {wait}s") from None
-        except pykka.ActorDeadError:
-            raise NotConnected("the client is disconnected") from None
+            acquire_uris(book, subscribe, handle_id, uris, alive)
+        except BaseException:
+            book.serial.release()
+            try:
+                worker.ask(Release(handle_id), timeout=max(0.0, deadline - time.monotonic()))
+            except (pykka.Timeout, pykka.ActorDeadError):
+                pass  # still queued on the worker (it runs anyway), or the client stopped meanwhile
+            raise
+        book.serial.release()
 
     def _release_on_worker(self, handle_id: Any) -> None:
         """Queue a release: the worker drops exactly what this handle holds, if anything."""
@@ -231,6 +245,9 @@ class Client(ServerCalls, CatalogCalls):
                 self._worker.tell(Release(handle_id))
             except pykka.ActorDeadError:
                 pass
+
+    def _overflowed(self, handle_id: Any) -> None:
+        self._tell(Overflowed(handle_id))
 
     def _tell(self, message: Any) -> None:
         try:

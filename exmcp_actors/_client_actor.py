@@ -18,16 +18,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import pykka
 
+from ._door import Leftovers, SessionDoor, settle
 from ._host_pool import HostRuntime
 from ._lane import DeliveryLane, flush
 from ._protocol import _events as ev
-from ._protocol._errors import TransportError, error_term
+from ._protocol._errors import error_term
 from ._protocol._filters import NotificationFilter
 from ._protocol._index import ListenerIndex
 from ._protocol._jsonrpc import Frame, RequestBuilder
@@ -68,6 +68,8 @@ class SharedState:
     children_lock: threading.Lock = field(default_factory=threading.Lock)
     #: The handles a host's disconnect() closed: nothing new reaches them once it returns.
     disconnected_handles: list[Any] = field(default_factory=list)
+    #: Where host threads run the inputs that need no actor (set by the actor; see ``_door``).
+    door: SessionDoor | None = None
 
     def adopt(self, thread: threading.Thread) -> None:
         """Remember a thread (forgetting finished ones) so disconnect() can join it."""
@@ -148,6 +150,9 @@ class ClientActor(pykka.ThreadingActor):
         #: Readers deliver plain notifications through it; the session changes the index under its lock.
         self.lane = DeliveryLane(ListenerIndex())
         self.session = Session(config.session, ids, self.lane, name)
+        #: Every input runs under its lock; host and reader threads run a few themselves.
+        self.door = shared.door = SessionDoor(self.session, self.transport, self.actor_ref)
+        self.lane.answer = self.door.answer
         self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
         self.worker: pykka.ActorRef[Any] | None = None
         self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
@@ -163,10 +168,11 @@ class ClientActor(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         handler = self._handlers.get(type(message), ClientActor._to_session)
-        try:
-            return handler(self, message)
-        finally:
-            self._perform()
+        with self.door.lock:
+            try:
+                return handler(self, message)
+            finally:
+                self._perform()
 
     def _to_session(self, message: Any) -> Any:
         if not self.session.accepts(message):
@@ -224,12 +230,19 @@ class ClientActor(pykka.ThreadingActor):
     def _on_inspect(self, message: InspectClient) -> dict[str, Any]:
         return self.session.inspect()
 
+    def _on_leftovers(self, message: Leftovers) -> None:
+        effects = self.session.effects
+        effects.todo.extend(message.todo)
+        for route, items in message.out.items():
+            effects.out.setdefault(route, []).extend(items)
+
     _handlers: dict[type, Callable[[ClientActor, Any], Any]] = {
         Start: _on_start,
         ev.Frames: _on_frames,
         SubscriberDown: _on_subscriber_down,
         Disconnect: _on_disconnect,
         InspectClient: _on_inspect,
+        Leftovers: _on_leftovers,
     }
 
     # -- effects ---------------------------------------------------------------------------
@@ -276,12 +289,7 @@ class ClientActor(pykka.ThreadingActor):
             shared.ready.set()
 
     def _send(self, effect: ev.Send) -> None:
-        try:
-            self.transport.send(effect.message)
-        except TransportError as error:
-            logger.warning("%s: send failed: %s", self.name, error)
-            if effect.request_id is not None:
-                self.session.handle(ev.SendFailed(effect.request_id))
+        self.door.send(effect)
 
     def _cancel_on_wire(self, effect: ev.CancelOnWire) -> None:
         if not self.transport.cancel_stream(effect.request_id):
@@ -329,16 +337,7 @@ class ClientActor(pykka.ThreadingActor):
         self.timers.add(call_later(effect.delay, self._tell_self, effect.event))
 
     def _settle(self, effect: ev.Settle) -> None:
-        future = effect.future
-        if future.done():
-            return
-        try:
-            if effect.error is None:
-                future.set_result(effect.result)
-            else:
-                future.set_exception(effect.error)
-        except InvalidStateError:
-            pass  # completed meanwhile: the first outcome stands
+        settle(effect)
 
     def _to_worker(self, effect: ev.ToWorker) -> None:
         if self.worker is not None:
@@ -437,8 +436,9 @@ class ClientActor(pykka.ThreadingActor):
         """Close every handle with ``reason``, fail pending work, release every resource."""
         self.stopping.set()
         self.lane.open_for(None)  # the closing messages come after anything a reader delivers
-        self.session.close(reason)
-        self._perform()
+        with self.door.lock:
+            self.session.close(reason)
+            self._perform()
         for timer in list(self.timers):
             timer.cancel()
         self.watcher.close()

@@ -40,6 +40,10 @@ from ._subscriber_proxy import Deliver, deliver
 _yield_gil: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
 
+def _never(frame: Frame) -> bool:
+    return False
+
+
 def flush(out: Outbox) -> None:
     """Deliver what a handler produced: one batch per route, in order."""
     for route, queued in out.items():
@@ -61,7 +65,7 @@ def flush(out: Outbox) -> None:
 class DeliveryLane:
     """Shared by the client actor and its connections' reader threads. See the module docstring."""
 
-    __slots__ = ("_backlog", "_lock", "_open_for", "index", "reached")
+    __slots__ = ("_backlog", "_lock", "_open_for", "answer", "index", "reached")
 
     def __init__(self, index: ListenerIndex[Any]) -> None:
         self.index = index
@@ -72,6 +76,8 @@ class DeliveryLane:
         self._open_for: int | None = None
         #: Frame batches handed to the actor and not handled yet.
         self._backlog = 0
+        #: ``answer(frame) -> bool``: settles a host's request here if it can (see ``_door``).
+        self.answer: Callable[[Frame], bool] = _never
 
     # -- the reader's side -----------------------------------------------------------------
 
@@ -83,15 +89,19 @@ class DeliveryLane:
                 return
             out: Outbox = {}
             index = self.index
+            answered = False
             for position, frame in enumerate(frames):
                 parts = notification_parts(frame)
                 if parts is None or for_a_subscription(*parts):
-                    # The actor must see this frame after what came before it was delivered.
+                    # Whatever comes next happens after what came before it was delivered.
                     flush(out)
+                    if parts is None and type(frame) is dict and "method" not in frame and self.answer(frame):
+                        answered = True  # a host's answer, settled here: its caller wakes now
+                        continue
                     self._forward(forward, frames[position:])
                     return
                 dispatch(index, parts[0], parts[1], out)
-            if not out:
+            if not out and not answered:
                 return
             flush(out)
         # Hand the GIL to the subscriber just woken, now rather than when this thread next

@@ -1,19 +1,21 @@
-"""The URI-refcount worker: one actor per client that runs every listener
-``resources/subscribe`` and ``resources/unsubscribe`` one at a time.
+"""The URI-refcount worker: one actor per client that serializes every listener
+``resources/subscribe`` and ``resources/unsubscribe``.
 
 The bookkeeping is :class:`~exmcp_actors._protocol._refcount.RefcountBook`;
-this actor only adds the wire calls, which go out through the client like any
-other request. Callers wait on this actor, never on the client actor, so a
-slow ``resources/subscribe`` never stalls delivery.
+the wire calls go out through the client like any other request. The book sits
+in a :class:`SharedBook` with two locks: ``lock`` guards every change of the
+counts, and ``serial`` is held for the whole of each operation that may go to
+the wire, so those run one at a time, in the order they take it.
 
-The book sits in a :class:`SharedBook` behind a lock, so that a registration
-on a URI that is already held, and a removal that leaves every URI of its
-listener still held, change the counts on the host's thread without a
-round trip to the worker: neither needs the wire. Everything that does goes
-through the worker, one operation at a time, as before. While the worker is
-on the wire for a URI its count is zero (before a subscribe) or already zero
-(before an unsubscribe), so the host's shortcut never applies to it and the
-host queues behind the worker instead.
+The worker runs releases and resubscriptions under ``serial``. A registration
+that must subscribe runs its acquisition on the registering host's own thread,
+under the same ``serial`` (:func:`acquire_uris`): the host waits for it anyway,
+and asking the worker cost two thread hand-offs more (issue 14). A registration
+on URIs that are all held already, and a removal that leaves every URI of its
+listener still held, need no wire call: they change the counts under ``lock``
+alone and wait for nobody. While a wire call is in flight for a URI its count
+is zero (before a subscribe) or already zero (before an unsubscribe), so those
+shortcuts never apply to it, and the host queues on ``serial`` instead.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Any, Protocol
 
 import pykka
 
-from ._protocol._errors import Error, NotConnected, SubscribeFailed, SubscriberNotAlive, error_term
-from ._protocol._events import Acquire, Release, Reset, Resubscribe, ResubscribeReport
+from ._protocol._errors import Error, NotConnected, RequestTimeout, SubscribeFailed, SubscriberNotAlive, error_term
+from ._protocol._events import Release, Reset, Resubscribe, ResubscribeReport
 from ._protocol._refcount import RefcountBook
 
 logger = logging.getLogger("exmcp_actors")
@@ -39,6 +41,8 @@ RESUBSCRIBE_TIMEOUT = 30.0
 
 class Wire(Protocol):
     """The client's requests, as the worker uses them (see ``_calls.ServerCalls``)."""
+
+    _request_timeout: float
 
     def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
 
@@ -52,11 +56,28 @@ class Inspect:
     """Counts, held and lost URIs, for tests and diagnostics (ask)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """A registration gave up on a ``resources/subscribe`` still in flight (tell). The worker
+    waits for its answer and, if the server subscribed, unsubscribes unless someone holds the
+    URI by then: a server subscription never outlives every holder."""
+
+    uri: str
+    #: The request, as ``Wire._send_request`` returned it.
+    pending: Any
+
+
+#: ``request(method, params)``: a wire call that returns the result or raises the library's errors.
+Request = Callable[[str, dict[str, Any]], Any]
+
+
 class SharedBook:
-    """The client's :class:`RefcountBook` and the lock every change of it takes."""
+    """The client's :class:`RefcountBook`, the lock every change of it takes, and the lock
+    every operation that may go to the wire holds throughout (see the module docstring)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.serial = threading.Lock()
         self.book = RefcountBook()
 
     def take_held(self, listener_id: Hashable, uris: tuple[str, ...]) -> bool:
@@ -85,6 +106,60 @@ class SharedBook:
             return True
 
 
+def acquire_uris(
+    shared: SharedBook,
+    subscribe: Callable[[str], Any],
+    listener_id: Hashable,
+    uris: tuple[str, ...],
+    alive: Callable[[], bool],
+) -> None:
+    """Take every URI for a listener, subscribing on the wire where needed. The caller holds
+    ``shared.serial``. On failure what was taken is recorded for the listener all the same,
+    so that a :class:`Release` gives it back (the caller asks the worker for it)."""
+    taken: list[str] = []
+    try:
+        for uri in uris:
+            with shared.lock:
+                needs_subscribe = shared.book.needs_subscribe(uri)
+            if needs_subscribe:
+                # Checked right before each wire call: a dead subscriber's registration sends nothing more.
+                if not alive():
+                    raise SubscriberNotAlive()
+                try:
+                    subscribe(uri)
+                except RequestTimeout:
+                    raise
+                except Error as error:
+                    raise SubscribeFailed(uri, error_term(error)) from error
+            with shared.lock:
+                shared.book.take(uri)
+            taken.append(uri)
+    finally:
+        with shared.lock:
+            shared.book.record(listener_id, taken)
+
+
+def release_uris(shared: SharedBook, request: Request, uris: tuple[str, ...] | list[str]) -> None:
+    """Count one holder less of each URI; unsubscribe those nobody holds any more.
+    The caller holds ``shared.serial``."""
+    for uri in reversed(uris):
+        with shared.lock:
+            unsubscribe = shared.book.drop(uri)
+        if unsubscribe:
+            unsubscribe_uri(request, uri)
+
+
+def unsubscribe_uri(request: Request, uri: str) -> None:
+    try:
+        request("resources/unsubscribe", {"uri": uri})
+    except NotConnected as error:
+        # The session is gone or going: its subscriptions went with it.
+        logger.info("resources/unsubscribe %s not sent: %s", uri, error)
+    except Error as error:
+        # The server keeps nothing we can fix from here; the count is already gone.
+        logger.warning("resources/unsubscribe %s failed: %s", uri, error)
+
+
 class RefcountWorker(pykka.ThreadingActor):
     """Serializes listener subscribe/unsubscribe for one client."""
 
@@ -109,14 +184,17 @@ class RefcountWorker(pykka.ThreadingActor):
         self._on_thread()  # lets the client join this thread on disconnect
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Acquire):
-            return self._acquire(message)
         if isinstance(message, Release):
-            with self._lock:
-                uris = self._shared.book.forget(message.listener_id)
-            self._release_uris(uris)
+            with self._shared.serial:
+                with self._lock:
+                    uris = self._shared.book.forget(message.listener_id)
+                release_uris(self._shared, self._request, uris)
+        elif isinstance(message, Unanswered):
+            with self._shared.serial:
+                self._settle_unanswered(message)
         elif isinstance(message, Resubscribe):
-            self._resubscribe(message.generation, message.timeout or RESUBSCRIBE_TIMEOUT)
+            with self._shared.serial:
+                self._resubscribe(message.generation, message.timeout or RESUBSCRIBE_TIMEOUT)
         elif isinstance(message, Reset):
             with self._lock:
                 self._shared.book = RefcountBook()
@@ -130,41 +208,16 @@ class RefcountWorker(pykka.ThreadingActor):
                 }
         return None
 
-    def _acquire(self, message: Acquire) -> None:
-        taken: list[str] = []
-        shared = self._shared
-        for uri in message.uris:
-            with self._lock:
-                needs_subscribe = shared.book.needs_subscribe(uri)
-            if needs_subscribe:
-                # Checked right before each wire call: a dead subscriber's registration sends nothing more.
-                if not message.alive():
-                    self._release_uris(taken)
-                    raise SubscriberNotAlive()
-                try:
-                    self._request("resources/subscribe", {"uri": uri})
-                except Error as error:
-                    self._release_uris(taken)
-                    raise SubscribeFailed(uri, error_term(error)) from error
-            with self._lock:
-                shared.book.take(uri)
-            taken.append(uri)
+    def _settle_unanswered(self, message: Unanswered) -> None:
+        try:
+            self._wire._await_request(message.pending, self._wire._request_timeout)
+        except Error as error:
+            logger.info("resources/subscribe %s, given up on by its registration: %s", message.uri, error)
+            return
         with self._lock:
-            shared.book.record(message.listener_id, taken)
-
-    def _release_uris(self, uris: tuple[str, ...] | list[str]) -> None:
-        for uri in reversed(uris):
-            with self._lock:
-                unsubscribe = self._shared.book.drop(uri)
-            if unsubscribe:
-                try:
-                    self._request("resources/unsubscribe", {"uri": uri})
-                except NotConnected as error:
-                    # The session is gone or going: its subscriptions went with it.
-                    logger.info("resources/unsubscribe %s not sent: %s", uri, error)
-                except Error as error:
-                    # The server keeps nothing we can fix from here; the count is already gone.
-                    logger.warning("resources/unsubscribe %s failed: %s", uri, error)
+            unheld = self._shared.book.count(message.uri) == 0
+        if unheld:
+            unsubscribe_uri(self._request, message.uri)
 
     def _resubscribe(self, generation: int, timeout: float) -> None:
         """Subscribe every held URI again. The calls are all in flight at once and share one

@@ -537,22 +537,57 @@ def test_a_failure_on_the_first_uri_sends_nothing_else(client: mcp.Client, serve
     assert other.get(timeout=TIMEOUT).listener is other
 
 
+class CountedLock:
+    """A lock that counts the threads waiting for it (the refcount worker's wire turn, watched)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self.waiting = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        if not blocking:
+            return False
+        with self._count_lock:
+            self.waiting += 1
+        try:
+            return self._lock.acquire(timeout=timeout)
+        finally:
+            with self._count_lock:
+                self.waiting -= 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 def test_wire_subscribes_and_unsubscribes_of_one_client_run_one_at_a_time(
     client: mcp.Client, server: FakeServer
 ) -> None:
     gate = Gate(server)
+    # A registration that must subscribe takes the client's one wire turn (the refcount worker's
+    # serial lock) on its own thread; a release goes to the worker, which takes the same turn.
+    assert client._book is not None
+    turn = client._book.serial = CountedLock()
     holder_c = client.subscribe_notifications({"resourceSubscriptions": [C]})
     main = threading.current_thread()  # the subscriber: Call threads end once the call returns
     slow = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [SLOW]}, subscriber=main), "slow")
     server.wait_for("resources/subscribe", uri=SLOW)
     other = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [B]}, subscriber=main), "other")
-    # A ready client's registration goes to the worker first, the client actor only once its URIs are held.
-    assert client._worker is not None
-    worker_inbox = client._worker.actor_inbox
-    eventually(lambda: worker_inbox.qsize() == 1, what="the other registration queued on the worker")
+    eventually(lambda: turn.waiting == 1, what="the other registration waits for the wire turn")
     release_c = Call(holder_c.unsubscribe, "release-c")  # its release queues behind the held subscribe
     eventually(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
-    eventually(lambda: worker_inbox.qsize() == 2, what="its release queued on the worker")
+    eventually(lambda: turn.waiting == 2, what="its release waits for the wire turn on the worker")
     # The fake would answer B at once (concurrent handler): if it is not on the wire, nobody sent it.
     with pytest.raises(AssertionError):
         server.wait_for("resources/subscribe", QUIET, uri=B)

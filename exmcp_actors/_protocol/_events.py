@@ -199,14 +199,6 @@ class SubscriberDied(NamedTuple):
 # -- the refcount worker's commands and its report -----------------------------------------
 
 
-class Acquire(NamedTuple):
-    """Take every URI for a listener, all or nothing (ask)."""
-
-    listener_id: Any
-    uris: tuple[str, ...]
-    alive: Any  # Callable[[], bool]
-
-
 class Release(NamedTuple):
     """Release exactly the URIs a listener acquired (tell)."""
 
@@ -275,7 +267,7 @@ class Settle(NamedTuple):
 class ToWorker(NamedTuple):
     """Tell the refcount worker."""
 
-    message: Acquire | Release | Resubscribe | Reset
+    message: Release | Resubscribe | Reset
 
 
 class StartProxy(NamedTuple):

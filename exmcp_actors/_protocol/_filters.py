@@ -95,6 +95,9 @@ class NotificationFilter:
         return self.task_ids is None or (other.task_ids is not None and set(self.task_ids) <= set(other.task_ids))
 
 
+_NO_CATEGORIES: frozenset[str] = frozenset()
+
+
 def _dedupe(items: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
@@ -151,7 +154,7 @@ def normalize_filter(raw: Any, *, allow_tasks: bool = False) -> NotificationFilt
             )
     if not categories and not uris and not task_ids:
         raise FilterError("the filter enables nothing", reason="empty_subscription_filter")
-    return NotificationFilter(frozenset(categories), uris, task_ids)
+    return NotificationFilter(frozenset(categories) if categories else _NO_CATEGORIES, uris, task_ids)
 
 
 def filter_from_wire(raw: Any) -> NotificationFilter | None:

@@ -35,10 +35,13 @@ class Listeners:
 
     # -- registration ----------------------------------------------------------------------
 
-    def register(self, handle: Any, kind: str, flt: NotificationFilter, subscriber: Any) -> None:
+    def register(self, handle: Any, kind: str, flt: NotificationFilter, subscriber: Any, *, activate: bool) -> None:
+        """Step 1, or steps 1 and 3 at once (``activate``: nothing is left for the worker)."""
         if not subscriber.alive():
             raise SubscriberNotAlive()
-        self._registry.add(handle, kind, "legacy", flt, subscriber, "pending")
+        entry = self._registry.add(handle, kind, "legacy", flt, subscriber, "active" if activate else "pending")
+        if activate:
+            self._registry.index.add(handle.id, flt, entry)
 
     def activate(self, listener_id: Any, ready: bool, status: str) -> None:
         registry = self._registry

@@ -40,6 +40,11 @@ class PendingTable:
     def pop(self, request_id: Any) -> Pending | None:
         return self._pending.pop(request_id, None)
 
+    def awaits_host(self, request_id: Any) -> bool:
+        """Whether a host's future (not an internal callback) waits for this id."""
+        pending = self._pending.get(request_id)
+        return pending is not None and pending.callback is None
+
     def answer(self, msg: Answer) -> bool:
         """Route an answer to whoever waits for it; False if no request has this id."""
         pending = self._pending.pop(msg.id, None)

@@ -51,7 +51,8 @@ class Entry:
     listen_id: Any = None
     acknowledged: NotificationFilter | None = None
     ack_future: Any = None
-    held: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Events held while it re-listens (None until it first does: one object less per entry).
+    held: list[tuple[str, dict[str, Any]]] | None = None
     relisten_attempts: int = 0
 
     # Subscriptions speak their own vocabulary; listeners and watches speak the legacy

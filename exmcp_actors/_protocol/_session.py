@@ -190,6 +190,14 @@ class Session:
                 "unknown-id", "%s: a response to an unknown request id %.100r was skipped", self.name, msg.id
             )
 
+    def answer_now(self, frame: rpc.Frame) -> bool:
+        """Take an answer a reader saw itself (see ``_door``): only the answer to a host's
+        pending request; False for anything else, which goes to the client actor as usual."""
+        msg = rpc.classify(frame)
+        if not isinstance(msg, (rpc.Response, rpc.ErrorResponse)) or not self.pending.awaits_host(msg.id):
+            return False
+        return self.pending.answer(msg)
+
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method in SESSION_NOTIFICATIONS and self.host.on_notification(method, params):
             return
@@ -277,9 +285,8 @@ class Session:
 
     def _register_listener(self, message: ev.RegisterListener) -> None:
         self._check_ready("legacy")
-        self.listeners.register(message.handle, message.kind, message.flt, message.subscriber)
-        if message.activate:
-            self.listeners.activate(message.handle.id, self.ready, self.status)
+        flt, subscriber = message.flt, message.subscriber
+        self.listeners.register(message.handle, message.kind, flt, subscriber, activate=message.activate)
 
     def _activate_listener(self, message: ev.ActivateListener) -> None:
         self.listeners.activate(message.listener_id, self.ready, self.status)

@@ -55,7 +55,7 @@ class Subscriptions:
             by_listen_id.pop(entry.listen_id, None)
         session = self._session
         entry.listen_id = f"listen-{session.ids.next_id()}"
-        entry.held = [] if entry.state == "awaiting_ack" else entry.held
+        entry.held = [] if entry.state == "awaiting_ack" or entry.held is None else entry.held
         by_listen_id[entry.listen_id] = entry
         handle = entry.handle
         if hasattr(handle, "subscription_id"):
@@ -97,6 +97,8 @@ class Subscriptions:
             )
             return
         if entry.acknowledged is None or entry.state in ("awaiting_ack", "resyncing", "relistening"):
+            if entry.held is None:
+                entry.held = []
             if len(entry.held) < MAX_HELD_EVENTS:
                 entry.held.append((method, params))
             else:
@@ -150,7 +152,7 @@ class Subscriptions:
         effects.do(FetchSnapshot(handle.id, entry.listen_id, ack))
 
     def _release_held(self, entry: Entry) -> None:
-        held, entry.held = entry.held, []
+        held, entry.held = entry.held or [], []
         ack = entry.acknowledged
         for method, params in held:
             if ack is not None and ack.enables(method, params, sub_resources=True):

@@ -343,6 +343,11 @@ class QueueWriter:
     work of its own (the WebSocket heartbeat ping). After ``stop()`` the thread
     writes what was queued before it, runs ``on_exit`` and ends; on a write
     error it calls ``on_error`` and then ``on_exit``.
+
+    With ``write_now(data) -> bytes written``, a write that cannot block, ``put``
+    writes on the caller's thread when nothing is queued or being written: a
+    request at a low rate then wakes no writer thread (issue 14). The order of
+    the bytes is the order of the ``put`` calls either way.
     """
 
     def __init__(
@@ -353,12 +358,20 @@ class QueueWriter:
         on_error: Callable[[BaseException], None],
         on_exit: Callable[[], None] | None = None,
         max_batch_bytes: int = 1 << 20,
+        write_now: Callable[[bytes], int] | None = None,
     ) -> None:
         self._write_batch = write_batch
         self._on_error = on_error
         self._on_exit = on_exit
         self._max_batch_bytes = max_batch_bytes
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._write_now = write_now
+        #: Guards the two below; only taken when ``write_now`` is given.
+        self._lock = threading.Lock()
+        #: Byte strings queued and not yet written: the caller may write only while it is 0.
+        self._in_flight = 0
+        #: Set by ``stop()`` and on a failure: no more writes from callers (the file closes).
+        self._ended = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -366,8 +379,19 @@ class QueueWriter:
         self.thread.start()
 
     def put(self, data: bytes) -> None:
-        """Queue bytes for writing. Never blocks."""
-        self._queue.put(data)
+        """Write bytes now if that cannot block and nothing waits before them; else queue them.
+        Never blocks."""
+        if self._write_now is None:
+            self._queue.put(data)
+            return
+        with self._lock:
+            if not self._in_flight and not self._ended:
+                written = self._write_now(data)
+                if written == len(data):
+                    return
+                data = data[written:]
+            self._in_flight += 1
+            self._queue.put(data)
 
     def wake(self) -> None:
         """Make the thread call ``write_batch`` soon, even with nothing queued."""
@@ -375,6 +399,8 @@ class QueueWriter:
 
     def stop(self) -> None:
         """Ask the thread to finish what is queued so far and end."""
+        with self._lock:
+            self._ended = True
         self._queue.put(_STOP)
 
     def _run(self) -> None:
@@ -400,9 +426,14 @@ class QueueWriter:
                     except queue.Empty:
                         break
                 self._write_batch(batch)
+                if batch and self._write_now is not None:
+                    with self._lock:
+                        self._in_flight -= len(batch)
                 if stopping:
                     return
         except BaseException as exc:  # any failure ends the writer
+            with self._lock:
+                self._ended = True
             self._on_error(exc)
         finally:
             if self._on_exit is not None:

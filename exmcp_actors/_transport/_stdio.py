@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -27,14 +26,13 @@ from typing import Any, Final
 from .._protocol._errors import TransportError
 from ._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
+from ._pipes import PipeReader, close_fd, open_pidfd, pipe_write_now
 from ._watchdog import WATCHDOG
 
 logger = logging.getLogger("exmcp_actors.transport")
 #: The child's stderr, one INFO record per line, prefixed with the server's name.
 stderr_logger = logging.getLogger("exmcp_actors.stdio")
 
-#: Bytes asked of one os.read: the default pipe capacity on Linux.
-READ_CHUNK: Final = 65536
 #: A stderr line longer than this is logged truncated.
 MAX_STDERR_LINE: Final = 8192
 #: After stdout ends, how long the reader waits for an exit code for its report.
@@ -109,51 +107,6 @@ def _exit_text(returncode: int | None) -> str:
         except ValueError:
             return f"killed by signal {-returncode}"
     return f"exit code {returncode}"
-
-
-def _open_pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid``, or None where unsupported (not Linux >= 5.3)."""
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None or not hasattr(select, "poll"):
-        return None
-    try:
-        fd: int = pidfd_open(pid)
-    except OSError:
-        return None
-    return fd
-
-
-def _close_fd(fd: int | None) -> None:
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-class _PipeReader:
-    """Reads a child's pipe until EOF, or until the child has exited and the pipe is drained."""
-
-    def __init__(self, fd: int, pidfd: int | None) -> None:
-        self.fd = fd
-        self.pidfd = pidfd
-        self._poll: Any = None
-        if pidfd is not None:
-            self._poll = select.poll()
-            self._poll.register(fd, select.POLLIN)
-            self._poll.register(pidfd, select.POLLIN)
-
-    def read(self) -> bytes | None:
-        """The next chunk; b"" at EOF; None if the child exited but the pipe stays open."""
-        if self._poll is not None:
-            ready = self._poll.poll()
-            if not any(fd == self.fd for fd, _ in ready):
-                return None  # only the pidfd: the child is gone, a grandchild holds the pipe
-        return os.read(self.fd, READ_CHUNK)
-
-    def close(self) -> None:
-        _close_fd(self.pidfd)
-        self.pidfd = None
 
 
 class StdioTransport(Transport):
@@ -303,11 +256,11 @@ class _StdioConnection:
         self.latch.name = self.label
         logger.debug("%s: started %s", self.label, _argv_text(t.argv))
 
-        pidfd = _open_pidfd(proc.pid)
+        pidfd = open_pidfd(proc.pid)
         stderr_pidfd = os.dup(pidfd) if pidfd is not None else None
         self.stderr_thread = threading.Thread(
             target=self._stderr_loop,
-            args=(_PipeReader(proc.stderr.fileno(), stderr_pidfd),),
+            args=(PipeReader(proc.stderr.fileno(), stderr_pidfd),),
             name="exmcp-stdio-stderr",
             daemon=True,
         )
@@ -319,7 +272,7 @@ class _StdioConnection:
         except subprocess.TimeoutExpired:
             returncode = None
         if returncode is not None:
-            _close_fd(pidfd)
+            close_fd(pidfd)
             join_thread(self.stderr_thread, _STDERR_DRAIN_WAIT, self.label)
             raise TransportError(f"{self.label}: exited at once ({_exit_text(returncode)}){self._stderr_hint()}")
 
@@ -328,11 +281,12 @@ class _StdioConnection:
             self._write_batch,
             on_error=self._writer_failed,
             on_exit=proc.stdin.close,
+            write_now=pipe_write_now(proc.stdin.fileno()),
         )
         self.writer.start()
         self.reader = threading.Thread(
             target=self._read_loop,
-            args=(_PipeReader(proc.stdout.fileno(), pidfd),),
+            args=(PipeReader(proc.stdout.fileno(), pidfd),),
             name="exmcp-stdio-reader",
             daemon=True,
         )
@@ -410,7 +364,7 @@ class _StdioConnection:
         join_thread(self.reader, _EXIT_CODE_WAIT + _STDERR_DRAIN_WAIT + 0.5)
         self.latch.report_lost(f"{self.label}: writing to stdin failed: {exc!r}")
 
-    def _read_loop(self, pipe: _PipeReader) -> None:
+    def _read_loop(self, pipe: PipeReader) -> None:
         splitter = LineSplitter(self.t.max_frame_bytes)
         latch = self.latch
         what = "stdout closed"
@@ -455,7 +409,7 @@ class _StdioConnection:
             return ""
         return f"; last stderr line: {self.stderr_tail[-1]!r}"
 
-    def _stderr_loop(self, pipe: _PipeReader) -> None:
+    def _stderr_loop(self, pipe: PipeReader) -> None:
         name = self.t.name
         pending = b""
         skipping = False
