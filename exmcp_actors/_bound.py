@@ -66,7 +66,7 @@ class Bound:
     """One handle's bound. ``admit`` runs where messages are queued (the client actor, or a
     reader thread through the lane, never both at once); ``done`` is the proxy's count."""
 
-    __slots__ = ("_args", "_on_overflow", "_signal_at", "done", "limit", "overflowed", "sent")
+    __slots__ = ("_args", "_on_overflow", "_signal_at", "credit", "done", "limit", "overflowed", "sent")
 
     def __init__(self, limit: int, on_overflow: Callable[..., None], *args: Any) -> None:
         self.limit = limit
@@ -75,6 +75,10 @@ class Bound:
         #: Messages a proxy has handed over (unused for an inbox, whose size says it).
         self.done = 0
         self.overflowed = False
+        #: How many more an inbox surely takes: the bound less what waited when last counted,
+        #: less what was queued since (what waits only shrinks meanwhile). Counting what waits
+        #: once per ``limit`` messages, not once per message, is what keeps fan-out cheap.
+        self.credit = limit
         #: ``on_overflow(*args)`` once the handle overflows (no closure: one object less per handle).
         self._on_overflow = on_overflow
         self._args = args
@@ -87,7 +91,9 @@ class Bound:
             return []
         if pending + len(messages) <= self.limit:  # the common case: far below the bound
             self.sent += len(messages)
+            self.credit = self.limit - pending - len(messages)
             return messages
+        self.credit = 0  # near the bound: count what waits for every message from here
         admitted: list[Any] = []
         for message in messages:
             if pending < self.limit or message[0] in m.FINAL_TAGS:

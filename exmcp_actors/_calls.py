@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pykka
 
+from ._door import Reply
 from ._host_pool import HostRuntime
 from ._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
 from ._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
@@ -52,7 +53,7 @@ class PendingRequest(NamedTuple):
 
     request_id: Any
     method: str
-    future: Future[Any]
+    future: Reply
 
 
 class ServerCalls:
@@ -86,7 +87,7 @@ class ServerCalls:
     def _send_request(self, method: str, params: dict[str, Any] | None) -> PendingRequest:
         """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`)."""
         request_id = self._ids.next_id()
-        future: Future[Any] = Future()
+        future = Reply()
         message = SendRequest(request_id, method, params, future)
         door = self._shared.door
         # From this thread, unless the client actor stays busy: it would only pass the frame on.

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import pykka
 
-from ._door import Leftovers, SessionDoor, settle
+from ._door import SessionDoor, settle
 from ._host_pool import HostRuntime
 from ._lane import DeliveryLane, flush
 from ._protocol import _events as ev
@@ -230,19 +230,12 @@ class ClientActor(pykka.ThreadingActor):
     def _on_inspect(self, message: InspectClient) -> dict[str, Any]:
         return self.session.inspect()
 
-    def _on_leftovers(self, message: Leftovers) -> None:
-        effects = self.session.effects
-        effects.todo.extend(message.todo)
-        for route, items in message.out.items():
-            effects.out.setdefault(route, []).extend(items)
-
     _handlers: dict[type, Callable[[ClientActor, Any], Any]] = {
         Start: _on_start,
         ev.Frames: _on_frames,
         SubscriberDown: _on_subscriber_down,
         Disconnect: _on_disconnect,
         InspectClient: _on_inspect,
-        Leftovers: _on_leftovers,
     }
 
     # -- effects ---------------------------------------------------------------------------

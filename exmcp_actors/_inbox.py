@@ -81,12 +81,28 @@ def land(inbox: Inbox, messages: list[Any]) -> None:
     """Put a batch in an inbox, within its bound; after a closing message, the inbox is finished."""
     bound = inbox.bound
     if bound is not None:
-        messages = bound.admit(messages, len(inbox))
-        if not messages:
-            return
+        if bound.credit >= len(messages):  # far below the bound: no need to count what waits
+            bound.credit -= len(messages)
+            bound.sent += len(messages)
+        else:
+            messages = bound.admit(messages, len(inbox))
+            if not messages:
+                return
     inbox.put_many(messages)
     if messages[-1][0] in FINAL_TAGS:
         inbox.finish()  # the closing message is the last: iteration and get() end after it
+
+
+def land_event(inbox: Inbox, message: Any) -> None:
+    """:func:`land` for one event (never a closing message), without a batch: the reader's
+    fan-out to many inboxes costs one ``put`` each while far below their bounds."""
+    bound = inbox.bound
+    if bound is None or bound.credit <= 0:
+        land(inbox, [message])
+        return
+    bound.credit -= 1
+    bound.sent += 1
+    inbox._queue.put(message)
 
 
 class LatestInbox(Inbox):

@@ -1,0 +1,221 @@
+"""Fewer thread hand-offs (issue 14): requests sent from the host's thread, answers settled by
+the reader, registrations run at the session's side door, small stdio writes on the caller's
+thread. Each shortcut keeps what it replaces: order, bounds, and what the actor alone may do."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from concurrent.futures import InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import pytest
+
+import exmcp_actors as mcp
+from exmcp_actors._door import Reply
+from exmcp_actors._inbox import Inbox
+from exmcp_actors._lane import DeliveryLane
+from exmcp_actors._protocol import _events as ev
+from exmcp_actors._protocol._filters import normalize_filter
+from exmcp_actors._protocol._index import ListenerIndex
+from exmcp_actors._protocol._messages import NOTIFICATION
+from exmcp_actors._subscriber_proxy import resolve_subscriber
+from exmcp_actors._transport._framing import QueueWriter
+from exmcp_actors._transport._pipes import pipe_write_now
+from exmcp_actors.testing import FakeServer
+from tests.test_protocol_session import legacy
+
+WAIT = 5.0
+A = "file:///a.txt"
+UPDATED = "notifications/resources/updated"
+
+
+# -- Reply: the answer slot of one request --------------------------------------------------
+
+
+def test_a_reply_gives_its_result_to_every_waiter_before_and_after_it_is_set() -> None:
+    reply = Reply()
+    results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    waiters = [threading.Thread(target=lambda: results.put(reply.result(WAIT))) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    assert not reply.done()
+    reply.set_result({"ok": 1})
+    for waiter in waiters:
+        waiter.join(WAIT)
+    assert [results.get(timeout=WAIT) for _ in waiters] == [{"ok": 1}] * 3
+    assert reply.done() and reply.result(0) == {"ok": 1}
+
+
+def test_a_reply_raises_its_exception_times_out_and_is_set_only_once() -> None:
+    with pytest.raises(FutureTimeout):
+        Reply().result(0.01)
+    reply = Reply()
+    reply.set_exception(mcp.NotConnected("gone"))
+    with pytest.raises(mcp.NotConnected, match="gone"):
+        reply.result(None)
+    with pytest.raises(InvalidStateError):
+        reply.set_result(1)
+
+
+# -- the session's side: which answers a reader may settle ------------------------------------
+
+
+def test_the_session_lets_a_reader_settle_only_a_host_requests_answer() -> None:
+    driver = legacy()
+    request_id, future = driver.request("tools/list")
+    session = driver.session
+    assert not session.answer_now({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    assert not session.answer_now({"jsonrpc": "2.0", "id": "nobody-asked", "result": {}})
+    assert not session.answer_now({"jsonrpc": "2.0", "id": [1], "result": {}})  # a bad id: the actor logs it
+    assert session.answer_now({"jsonrpc": "2.0", "id": request_id, "result": {"tools": []}})
+    [settle] = driver.take()
+    assert isinstance(settle, ev.Settle) and settle.future is future and settle.result == {"tools": []}
+
+
+# -- the lane: an answer is settled in wire order, or everything from it is forwarded ---------
+
+
+class LaneRig:
+    """A lane open for generation 1 with one listener on A (its own inbox)."""
+
+    def __init__(self, answers: bool) -> None:
+        self.lane = DeliveryLane(ListenerIndex())
+        self.answered: list[Any] = []
+        self.forwarded: list[list[Any]] = []
+        self.inbox = Inbox()
+
+        def answer(frame: Any) -> bool:
+            self.answered.append((frame, len(self.inbox)))  # what had landed when it was settled
+            return answers
+
+        self.lane.answer = answer
+        entry = type("Entry", (), {"route": self.inbox, "handle": "h"})()
+        self.lane.add("h", normalize_filter({"resourceSubscriptions": [A]}), entry)
+        self.lane.open_for(1)
+
+    def take(self, frames: list[Any]) -> None:
+        self.lane.take(1, frames, self.forwarded.append)
+
+
+def updated(n: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": UPDATED, "params": {"uri": A, "n": n}}
+
+
+def test_the_reader_settles_an_answer_after_what_came_before_it_and_delivers_what_follows() -> None:
+    rig = LaneRig(answers=True)
+    answer = {"jsonrpc": "2.0", "id": 7, "result": {}}
+    rig.take([updated(1), answer, updated(2)])
+    assert rig.answered == [(answer, 1)]  # the notification before it had landed first
+    assert rig.forwarded == []
+    assert [rig.inbox.get(0)[3]["n"] for _ in range(2)] == [1, 2]
+    assert len(rig.inbox) == 0
+
+
+def test_an_answer_the_reader_cannot_settle_goes_to_the_actor_with_everything_after_it() -> None:
+    rig = LaneRig(answers=False)
+    answer = {"jsonrpc": "2.0", "id": 7, "result": {}}
+    rig.take([updated(1), answer, updated(2)])
+    assert rig.forwarded == [[answer, updated(2)]]
+    assert rig.inbox.get(0)[0] == NOTIFICATION and len(rig.inbox) == 0
+    rig.take([updated(3)])  # the actor has not handled the batch: this one queues behind it
+    assert rig.forwarded == [[answer, updated(2)], [updated(3)]]
+
+
+# -- the door itself --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeServer]:
+    with FakeServer(era="legacy") as server:
+        yield server
+
+
+@pytest.fixture
+def client(fake: FakeServer) -> Iterator[mcp.Client]:
+    client = mcp.connect(fake.transport(), protocol="legacy", request_timeout=WAIT)
+    yield client
+    client.disconnect()
+
+
+def test_a_reader_never_waits_for_the_session_lock_it_forwards_instead(client: mcp.Client) -> None:
+    door = client._shared.door
+    assert door is not None
+    with door.lock:  # the actor busy with an input
+        assert not door.answer({"jsonrpc": "2.0", "id": 1, "result": {}})
+    assert client.request("ping") == {}
+
+
+def test_requests_from_many_threads_at_once_each_get_their_own_answer(client: mcp.Client, fake: FakeServer) -> None:
+    @fake.on("tools/call", concurrent=True)
+    def echo(params: dict[str, Any], ctx: Any) -> Any:
+        return {"content": [], "structuredContent": params["arguments"]}
+
+    got: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def caller(i: int) -> None:
+        for j in range(25):
+            result = client.call_tool("echo", {"i": i, "j": j})
+            got.put(result["structuredContent"] == {"i": i, "j": j})
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 4)
+    assert [got.get(timeout=WAIT) for _ in range(200)] == [True] * 200
+
+
+def test_a_registration_whose_subscriber_has_no_proxy_yet_goes_to_the_actor(
+    client: mcp.Client, fake: FakeServer
+) -> None:
+    """Only the actor starts a proxy, before anything can be delivered through it."""
+    door = client._shared.door
+    assert door is not None
+    sink: queue.Queue[Any] = queue.Queue()
+    flt = normalize_filter({"toolsListChanged": True})
+    listener = mcp.Listener("door-test", client, sink, flt, None)
+    message = ev.RegisterListener(listener, "listener", flt, resolve_subscriber(sink), activate=True)
+    assert not door.register(message, WAIT)
+    assert client._inspect()["entries"] == 0  # refused before the session saw it
+    # The public path takes the actor then, and the next registration of the same sink the door.
+    first = client.subscribe_notifications({"toolsListChanged": True}, subscriber=sink)
+    second = client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=sink)
+    fake.list_changed("tools")
+    fake.updated(A)
+    assert sink.get(timeout=WAIT).listener is first
+    assert sink.get(timeout=WAIT).listener is second
+
+
+# -- small writes on the caller's thread ------------------------------------------------------
+
+
+def test_writes_on_the_callers_thread_and_the_writer_thread_keep_the_order_of_put() -> None:
+    """A pipe nobody reads for a while: ``put`` writes what fits at once, queues the rest
+    behind anything waiting, and the reader gets every byte in the order it was put."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, True)
+    sizes = [10, 3000, 70_000, 1, 4096, 5000, 200] * 60  # some over an atomic pipe write
+    lines = [bytes([65 + i % 26]) * (size - 1) + b"\n" for i, size in enumerate(sizes)]
+    expected = b"".join(lines)
+
+    def write_batch(batch: list[bytes]) -> None:
+        view = memoryview(b"".join(batch))
+        while view:
+            view = view[os.write(write_fd, view) :]
+
+    writer = QueueWriter("test-writer", write_batch, on_error=lambda exc: None, write_now=pipe_write_now(write_fd))
+    writer.start()
+    for line in lines:  # the pipe fills long before the end: later puts must queue
+        writer.put(line)
+    received = bytearray()
+    while len(received) < len(expected):
+        received += os.read(read_fd, 65536)
+    writer.stop()
+    writer.thread.join(WAIT)
+    os.close(read_fd)
+    os.close(write_fd)
+    assert bytes(received) == expected
