@@ -67,6 +67,8 @@ class Client(ServerCalls, CatalogCalls):
         self._worker: pykka.ActorRef[Any] | None = None
         #: The refcount book the worker shares, for the no-wire shortcuts (set by connect()).
         self._book: SharedBook | None = None
+        #: Every handle's bound calls it on overflow (one bound method, not one per handle).
+        self._on_overflow = self._overflowed
         self.name = name
 
     # -- state -----------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class Client(ServerCalls, CatalogCalls):
         """The host's handle, with its own inbox unless its subscriber is an actor or a put() object."""
         resolved = resolve_subscriber(subscriber)
         handle_id = f"{kind}-{self._ids.next_id()}"
-        bound = Bound(max_pending, self._overflowed, handle_id)
+        bound = Bound(max_pending, self._on_overflow, handle_id)
         inbox = Inbox(bound) if resolved.target is None else None
         handle: Handle
         if kind == "watch":
