@@ -19,7 +19,14 @@ from ._handle import FilteredHandle, Handle
 from ._host_pool import HostRuntime
 from ._inbox import Inbox
 from ._listener import Listener
-from ._protocol._errors import ListenerNotFound, NotConnected, RequestTimeout, UseListen
+from ._protocol._errors import (
+    ListenerNotFound,
+    NotConnected,
+    RequestTimeout,
+    SubscribeFailed,
+    SubscriberNotAlive,
+    UseListen,
+)
 from ._protocol._events import (
     AbandonListener,
     ActivateListener,
@@ -224,19 +231,27 @@ class Client(ServerCalls, CatalogCalls):
             pending = self._send_request("resources/subscribe", {"uri": uri})
             try:
                 pending.future.result(max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                # Still in flight: the worker waits for it, and unsubscribes if nobody holds the URI.
-                worker.tell(Unanswered(uri, pending))
-                raise timed_out from None
+            except BaseException as error:
+                if not pending.future.done():
+                    # Still in flight (timed out, or interrupted): the worker waits for it, and
+                    # unsubscribes if the server subscribed and nobody holds the URI by then.
+                    worker.tell(Unanswered(uri, pending))
+                if isinstance(error, FutureTimeout):
+                    raise timed_out from None
+                raise
 
         try:
             acquire_uris(book, subscribe, handle_id, uris, alive)
-        except BaseException:
+        except BaseException as error:
             book.serial.release()
-            try:
-                worker.ask(Release(handle_id), timeout=max(0.0, deadline - time.monotonic()))
-            except (pykka.Timeout, pykka.ActorDeadError):
-                pass  # still queued on the worker (it runs anyway), or the client stopped meanwhile
+            if isinstance(error, (SubscribeFailed, SubscriberNotAlive)):
+                # Refused: the caller sees the rollback done (within the deadline) when this raises.
+                try:
+                    worker.ask(Release(handle_id), timeout=max(0.0, deadline - time.monotonic()))
+                except (pykka.Timeout, pykka.ActorDeadError):
+                    pass  # still queued on the worker (it runs anyway), or the client stopped meanwhile
+            else:
+                self._release_on_worker(handle_id)  # timed out or interrupted: do not wait any longer
             raise
         book.serial.release()
 

@@ -190,6 +190,37 @@ def test_a_registration_whose_subscriber_has_no_proxy_yet_goes_to_the_actor(
     assert sink.get(timeout=WAIT).listener is second
 
 
+def test_a_registration_interrupted_while_its_subscribe_is_in_flight_leaves_no_server_subscription(
+    client: mcp.Client, fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker takes over the subscribe the host stopped waiting for: once the server answers,
+    it unsubscribes, since nobody holds the URI."""
+    gate = threading.Event()
+
+    @fake.on("resources/subscribe", concurrent=True)
+    def slow_subscribe(params: dict[str, Any], ctx: Any) -> Any:
+        ctx.wait(gate)
+        return {}
+
+    host = threading.current_thread()
+    wait_for_reply = Reply.result
+
+    def interrupted(self: Reply, timeout: float | None = None) -> Any:
+        if threading.current_thread() is host:
+            raise KeyboardInterrupt  # Ctrl-C while the host waits for the answer
+        return wait_for_reply(self, timeout)
+
+    monkeypatch.setattr(Reply, "result", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        client.subscribe_notifications({"resourceSubscriptions": [A]})
+    monkeypatch.setattr(Reply, "result", wait_for_reply)
+    fake.wait_for("resources/subscribe", uri=A)
+    gate.set()
+    fake.wait_for("resources/unsubscribe", uri=A)
+    assert client._inspect()["refcount"]["empty"]
+    assert client._inspect()["entries"] == 0
+
+
 # -- small writes on the caller's thread ------------------------------------------------------
 
 
