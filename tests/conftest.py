@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
     # and tests/ has no __init__.py: make `tests.peers` importable either way.
     sys.path.insert(0, str(ROOT))
 
+from exmcp_actors._scheduler import scheduler  # noqa: E402
 from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.path line above)
 
 STDIO_CWD = str(ROOT)
@@ -41,6 +42,8 @@ ACTOR_STOP_TIMEOUT = 5.0
 # The library's threads are daemons (a forgotten client must not block exit), so they are
 # checked by name: everything a client starts must end once its actors are stopped.
 LIBRARY_THREAD_PREFIXES = ("exmcp-", "ClientActor-", "SubscriberProxy-", "RefcountWorker-")
+#: The one process-wide timer thread: checked by its armed timers, not by waiting for it to end.
+SCHEDULER_THREAD = "exmcp-scheduler"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -126,6 +129,13 @@ def no_leaked_threads() -> Iterator[None]:
         except pykka.Timeout:
             problems.append(f"pykka actors did not stop within {ACTOR_STOP_TIMEOUT}s")
     deadline = time.monotonic() + THREAD_GRACE
+    # The shared scheduler thread outlives its last timer by design (IDLE_LINGER): waiting for it
+    # cost every test half a second. What must not outlive a test is an armed timer.
+    timers = scheduler()
+    while timers.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)  # a bounded poll: timers that fire within the grace end by themselves
+    if timers.pending():
+        problems.append(f"{timers.pending()} timers still armed on the shared scheduler after the test")
     leaked = []
     for thread in threading.enumerate():
         ours = thread.name.startswith(LIBRARY_THREAD_PREFIXES)
@@ -134,6 +144,7 @@ def no_leaked_threads() -> Iterator[None]:
             or (thread.daemon and not ours)
             or thread is threading.current_thread()
             or thread.name.startswith("pytest_timeout")
+            or thread.name == SCHEDULER_THREAD
         ):
             continue
         thread.join(max(0.0, deadline - time.monotonic()))
