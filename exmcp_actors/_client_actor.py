@@ -151,7 +151,7 @@ class ClientActor(pykka.ThreadingActor):
         self.lane = DeliveryLane(ListenerIndex())
         self.session = Session(config.session, ids, self.lane, name)
         #: Every input runs under its lock; host and reader threads run a few themselves.
-        self.door = shared.door = SessionDoor(self.session, self.transport, self.actor_ref)
+        self.door = shared.door = SessionDoor(self.session, self.transport)
         self.lane.answer = self.door.answer
         self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
         self.worker: pykka.ActorRef[Any] | None = None

@@ -27,8 +27,6 @@ from concurrent.futures import InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-import pykka
-
 from ._protocol import _events as ev
 from ._protocol._errors import TransportError
 from ._protocol._jsonrpc import Frame
@@ -104,13 +102,12 @@ def settle(effect: ev.Settle) -> None:
 class SessionDoor:
     """See the module docstring. Built by the client actor; used by the facade and the lane."""
 
-    __slots__ = ("_actor_ref", "_session", "_transport", "lock")
+    __slots__ = ("_session", "_transport", "lock")
 
-    def __init__(self, session: Session, transport: Transport, actor_ref: pykka.ActorRef[Any]) -> None:
+    def __init__(self, session: Session, transport: Transport) -> None:
         self.lock = threading.Lock()
         self._session = session
         self._transport = transport
-        self._actor_ref = actor_ref
 
     def send_request(self, message: ev.SendRequest) -> bool:
         """Send a host's request from this thread; False when the actor stayed busy (use its inbox)."""
@@ -165,8 +162,11 @@ class SessionDoor:
 
     def _perform(self) -> None:
         effects = self._session.effects
-        while effects.todo:
-            for effect in effects.take()[0]:
+        while effects.todo or effects.out:
+            todo, out = effects.take()
+            if out:  # the inputs run here emit nothing (see the module docstring)
+                raise RuntimeError("only the client actor delivers messages to subscribers")
+            for effect in todo:
                 if isinstance(effect, ev.Settle):
                     settle(effect)
                 elif isinstance(effect, ev.Send):
