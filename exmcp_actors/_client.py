@@ -220,7 +220,8 @@ class Client(ServerCalls, CatalogCalls):
 
     def _acquire(self, handle_id: Any, uris: tuple[str, ...], alive: Any, deadline: float, wait: float) -> None:
         """Take the URIs on this thread, in this client's one wire turn (see ``_refcount_worker``).
-        On failure the worker gives back what was taken; this waits for that until the deadline."""
+        On failure the worker gives back what was taken; after a refusal this waits for that,
+        until the deadline, so the caller sees the rollback done."""
         book, worker = self._book, self._worker
         assert book is not None and worker is not None
         timed_out = RequestTimeout(f"resources/subscribe did not finish within {wait}s")
@@ -235,7 +236,10 @@ class Client(ServerCalls, CatalogCalls):
                 if not pending.future.done():
                     # Still in flight (timed out, or interrupted): the worker waits for it, and
                     # unsubscribes if the server subscribed and nobody holds the URI by then.
-                    worker.tell(Unanswered(uri, pending))
+                    try:
+                        worker.tell(Unanswered(uri, pending))
+                    except pykka.ActorDeadError:
+                        pass  # the client stopped: its session, and the subscription, are gone
                 if isinstance(error, FutureTimeout):
                     raise timed_out from None
                 raise
