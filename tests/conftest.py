@@ -33,7 +33,9 @@ if str(ROOT) not in sys.path:
     # and tests/ has no __init__.py: make `tests.peers` importable either way.
     sys.path.insert(0, str(ROOT))
 
+import exmcp_actors as mcp  # noqa: E402
 from exmcp_actors._scheduler import scheduler  # noqa: E402
+from exmcp_actors.testing import FakeServer  # noqa: E402
 from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.path line above)
 
 STDIO_CWD = str(ROOT)
@@ -110,6 +112,21 @@ def sdk_http_peer(request: pytest.FixtureRequest) -> Iterator[Peer]:
 @pytest.fixture
 def sdk_http_peer_legacy(request: pytest.FixtureRequest) -> Iterator[Peer]:
     yield from _running_peer(request, "http", "legacy")
+
+
+@pytest.fixture
+def legacy_server() -> Iterator[FakeServer]:
+    """A legacy-era FakeServer (2025-11-25), for the tests of a client's own machinery."""
+    with FakeServer(era="legacy") as server:
+        yield server
+
+
+@pytest.fixture
+def legacy_client(legacy_server: FakeServer) -> Iterator[mcp.Client]:
+    """A legacy client of ``legacy_server``, each request bounded by 5 s."""
+    client = mcp.connect(legacy_server.transport(), protocol="legacy", request_timeout=5.0)
+    yield client
+    client.disconnect()
 
 
 @pytest.fixture(autouse=True)

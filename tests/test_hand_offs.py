@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Iterator
 from concurrent.futures import InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -128,29 +127,18 @@ def test_an_answer_the_reader_cannot_settle_goes_to_the_actor_with_everything_af
 # -- the door itself --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeServer]:
-    with FakeServer(era="legacy") as server:
-        yield server
-
-
-@pytest.fixture
-def client(fake: FakeServer) -> Iterator[mcp.Client]:
-    client = mcp.connect(fake.transport(), protocol="legacy", request_timeout=WAIT)
-    yield client
-    client.disconnect()
-
-
-def test_a_reader_never_waits_for_the_session_lock_it_forwards_instead(client: mcp.Client) -> None:
-    door = client._shared.door
+def test_a_reader_never_waits_for_the_session_lock_it_forwards_instead(legacy_client: mcp.Client) -> None:
+    door = legacy_client._shared.door
     assert door is not None
     with door.lock:  # the actor busy with an input
         assert not door.answer({"jsonrpc": "2.0", "id": 1, "result": {}})
-    assert client.request("ping") == {}
+    assert legacy_client.request("ping") == {}
 
 
-def test_requests_from_many_threads_at_once_each_get_their_own_answer(client: mcp.Client, fake: FakeServer) -> None:
-    @fake.on("tools/call", concurrent=True)
+def test_requests_from_many_threads_at_once_each_get_their_own_answer(
+    legacy_client: mcp.Client, legacy_server: FakeServer
+) -> None:
+    @legacy_server.on("tools/call", concurrent=True)
     def echo(params: dict[str, Any], ctx: Any) -> Any:
         return {"content": [], "structuredContent": params["arguments"]}
 
@@ -158,7 +146,7 @@ def test_requests_from_many_threads_at_once_each_get_their_own_answer(client: mc
 
     def caller(i: int) -> None:
         for j in range(25):
-            result = client.call_tool("echo", {"i": i, "j": j})
+            result = legacy_client.call_tool("echo", {"i": i, "j": j})
             got.put(result["structuredContent"] == {"i": i, "j": j})
 
     threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
@@ -170,34 +158,34 @@ def test_requests_from_many_threads_at_once_each_get_their_own_answer(client: mc
 
 
 def test_a_registration_whose_subscriber_has_no_proxy_yet_goes_to_the_actor(
-    client: mcp.Client, fake: FakeServer
+    legacy_client: mcp.Client, legacy_server: FakeServer
 ) -> None:
     """Only the actor starts a proxy, before anything can be delivered through it."""
-    door = client._shared.door
+    door = legacy_client._shared.door
     assert door is not None
     sink: queue.Queue[Any] = queue.Queue()
     flt = normalize_filter({"toolsListChanged": True})
-    listener = mcp.Listener("door-test", client, sink, flt, None)
+    listener = mcp.Listener("door-test", legacy_client, sink, flt, None)
     message = ev.RegisterListener(listener, "listener", flt, resolve_subscriber(sink), activate=True)
     assert not door.register(message, WAIT)
-    assert client._inspect()["entries"] == 0  # refused before the session saw it
+    assert legacy_client._inspect()["entries"] == 0  # refused before the session saw it
     # The public path takes the actor then, and the next registration of the same sink the door.
-    first = client.subscribe_notifications({"toolsListChanged": True}, subscriber=sink)
-    second = client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=sink)
-    fake.list_changed("tools")
-    fake.updated(A)
+    first = legacy_client.subscribe_notifications({"toolsListChanged": True}, subscriber=sink)
+    second = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=sink)
+    legacy_server.list_changed("tools")
+    legacy_server.updated(A)
     assert sink.get(timeout=WAIT).listener is first
     assert sink.get(timeout=WAIT).listener is second
 
 
 def test_a_registration_interrupted_while_its_subscribe_is_in_flight_leaves_no_server_subscription(
-    client: mcp.Client, fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+    legacy_client: mcp.Client, legacy_server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The worker takes over the subscribe the host stopped waiting for: once the server answers,
     it unsubscribes, since nobody holds the URI."""
     gate = threading.Event()
 
-    @fake.on("resources/subscribe", concurrent=True)
+    @legacy_server.on("resources/subscribe", concurrent=True)
     def slow_subscribe(params: dict[str, Any], ctx: Any) -> Any:
         ctx.wait(gate)
         return {}
@@ -212,13 +200,13 @@ def test_a_registration_interrupted_while_its_subscribe_is_in_flight_leaves_no_s
 
     monkeypatch.setattr(Reply, "result", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        client.subscribe_notifications({"resourceSubscriptions": [A]})
+        legacy_client.subscribe_notifications({"resourceSubscriptions": [A]})
     monkeypatch.setattr(Reply, "result", wait_for_reply)
-    fake.wait_for("resources/subscribe", uri=A)
+    legacy_server.wait_for("resources/subscribe", uri=A)
     gate.set()
-    fake.wait_for("resources/unsubscribe", uri=A)
-    assert client._inspect()["refcount"]["empty"]
-    assert client._inspect()["entries"] == 0
+    legacy_server.wait_for("resources/unsubscribe", uri=A)
+    assert legacy_client._inspect()["refcount"]["empty"]
+    assert legacy_client._inspect()["entries"] == 0
 
 
 # -- small writes on the caller's thread ------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,19 +17,6 @@ WAIT = 5.0
 A = "file:///a.txt"
 B = "file:///b.txt"
 UPDATED = "notifications/resources/updated"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer(era="legacy") as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(server: FakeServer) -> Iterator[mcp.Client]:
-    client = mcp.connect(server.transport(), protocol="legacy", request_timeout=WAIT)
-    yield client
-    client.disconnect()
 
 
 class BusyWorker:
@@ -65,52 +51,54 @@ class BusyWorker:
 
 
 def test_a_registration_on_a_held_uri_neither_goes_to_the_wire_nor_waits_for_the_worker(
-    server: FakeServer, client: mcp.Client
+    legacy_server: FakeServer, legacy_client: mcp.Client
 ) -> None:
-    first = client.subscribe_notifications({"resourceSubscriptions": [A]})
-    busy = BusyWorker(server, client)
+    first = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]})
+    busy = BusyWorker(legacy_server, legacy_client)
     try:
         # The worker is stuck on B's subscribe: before the shortcut this waited behind it and timed out.
-        second = client.subscribe_notifications({"resourceSubscriptions": [A]}, timeout=1.0)
-        server.updated(A)
+        second = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]}, timeout=1.0)
+        legacy_server.updated(A)
         assert second.get(timeout=WAIT).method == UPDATED
         assert first.get(timeout=WAIT).method == UPDATED
-        assert server.count("resources/subscribe", uri=A) == 1
+        assert legacy_server.count("resources/subscribe", uri=A) == 1
         # Removing one holder of two: no unsubscribe, no wait on the worker either.
-        client.unsubscribe_notifications(second, timeout=1.0)
+        legacy_client.unsubscribe_notifications(second, timeout=1.0)
     finally:
         held_b = busy.release()
-    assert client._inspect()["refcount"]["counts"] == {A: 1, B: 1}
-    assert server.count("resources/unsubscribe") == 0
-    client.unsubscribe_notifications(first)
-    client.unsubscribe_notifications(held_b)
-    assert server.count("resources/unsubscribe", uri=A) == 1
-    assert client._inspect()["refcount"]["empty"]
+    assert legacy_client._inspect()["refcount"]["counts"] == {A: 1, B: 1}
+    assert legacy_server.count("resources/unsubscribe") == 0
+    legacy_client.unsubscribe_notifications(first)
+    legacy_client.unsubscribe_notifications(held_b)
+    assert legacy_server.count("resources/unsubscribe", uri=A) == 1
+    assert legacy_client._inspect()["refcount"]["empty"]
 
 
 def test_a_registration_naming_a_held_and_a_new_uri_still_queues_behind_the_worker(
-    server: FakeServer, client: mcp.Client
+    legacy_server: FakeServer, legacy_client: mcp.Client
 ) -> None:
-    client.subscribe_notifications({"resourceSubscriptions": [A]})
-    busy = BusyWorker(server, client)
+    legacy_client.subscribe_notifications({"resourceSubscriptions": [A]})
+    busy = BusyWorker(legacy_server, legacy_client)
     try:
         with pytest.raises(mcp.RequestTimeout):  # B is not held yet: this one needs the worker
-            client.subscribe_notifications({"resourceSubscriptions": [A, B]}, timeout=0.3)
+            legacy_client.subscribe_notifications({"resourceSubscriptions": [A, B]}, timeout=0.3)
     finally:
         busy.release()
     # The timed-out registration left nothing behind once the worker got to it.
-    marker = client.subscribe_notifications({"resourceSubscriptions": [A]})
-    assert client._inspect()["refcount"]["counts"] == {A: 2, B: 1}
+    marker = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]})
+    assert legacy_client._inspect()["refcount"]["counts"] == {A: 2, B: 1}
     assert marker is not None
 
 
-def test_a_failed_registration_on_a_held_uri_gives_its_count_back(server: FakeServer, client: mcp.Client) -> None:
-    first = client.subscribe_notifications({"resourceSubscriptions": [A]})
+def test_a_failed_registration_on_a_held_uri_gives_its_count_back(
+    legacy_server: FakeServer, legacy_client: mcp.Client
+) -> None:
+    first = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]})
     dead = threading.Thread(target=lambda: None, name="test-dead-subscriber")
     dead.start()
     dead.join()
     with pytest.raises(mcp.SubscriberNotAlive):
-        client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=dead)
-    client.unsubscribe_notifications(first)
-    server.wait_for("resources/unsubscribe", uri=A)  # the failed one held nothing back
-    assert client._inspect()["refcount"]["empty"]
+        legacy_client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=dead)
+    legacy_client.unsubscribe_notifications(first)
+    legacy_server.wait_for("resources/unsubscribe", uri=A)  # the failed one held nothing back
+    assert legacy_client._inspect()["refcount"]["empty"]
