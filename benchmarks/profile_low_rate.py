@@ -73,7 +73,8 @@ class StepClock:
 def lib_round() -> tuple[float, dict[str, float], dict[str, float]]:
     """exmcp_actors: process CPU, CPU per thread and per reader step, each per message."""
     import exmcp_actors
-    from exmcp_actors._transport import _framing, _pipes
+    from exmcp_actors._transport import _framing
+    from exmcp_actors._transport.stdio import _pipes
 
     clock = StepClock()
     undo = [

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exmcp_actors._transport._base import Frame
-from exmcp_actors._transport._stdio import StdioTransport
+from exmcp_actors._transport.stdio._process import StdioTransport
 
 LINE = '{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}'
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import logging
 
-from . import _redact
+from ._api._catalog import Catalog, CatalogChanged
+from ._api._client import Client
+from ._api._config import ConfigError
+from ._api._connect import connect
+from ._api._hub import Hub, HubCatalog, HubWatch
+from ._api._listener import Listener
+from ._api._subscription import Subscription, Watch
+from ._api._task import Task
 from ._auth import FileTokenStorage, MemoryTokenStorage, OAuth, TokenStorage
-from ._catalog import Catalog, CatalogChanged
-from ._client import Client
-from ._config import ConfigError
-from ._connect import connect
-from ._hub import Hub, HubCatalog, HubWatch
-from ._listener import Listener
 from ._protocol._backoff import Backoff
 from ._protocol._errors import (
     ConnectError,
@@ -49,12 +50,11 @@ from ._protocol._messages import (
     SubscriptionResync,
 )
 from ._protocol._versions import LEGACY_VERSIONS, MODERN_VERSIONS
-from ._subscription import Subscription, Watch
-from ._task import Task
 from ._transport._base import Transport
-from ._transport._stdio import StdioTransport
-from ._transport._websocket import WebSocketTransport
 from ._transport.http import HttpTransport
+from ._transport.stdio._process import StdioTransport
+from ._transport.websocket._connection import WebSocketTransport
+from ._util import _redact
 from ._version import __version__
 
 logging.getLogger("exmcp_actors").addHandler(logging.NullHandler())

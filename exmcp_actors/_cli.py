@@ -23,8 +23,8 @@ import time
 from typing import IO, Any, Final
 from urllib.parse import urlsplit
 
-from ._config import ConfigError, load_config
-from ._hub import Hub
+from ._api._config import ConfigError, load_config
+from ._api._hub import Hub
 from ._protocol._backoff import Backoff
 from ._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED
 

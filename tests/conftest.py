@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import exmcp_actors as mcp  # noqa: E402
-from exmcp_actors._scheduler import scheduler  # noqa: E402
+from exmcp_actors._util._scheduler import scheduler  # noqa: E402
 from exmcp_actors.testing import FakeServer  # noqa: E402
 from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.path line above)
 

@@ -33,7 +33,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors import Transport
-from exmcp_actors._transport._watchdog import WATCHDOG
+from exmcp_actors._transport.stdio._watchdog import WATCHDOG
 
 try:  # an optional test dependency ("bench" extra); /proc is the fallback
     import psutil

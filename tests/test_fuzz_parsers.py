@@ -18,7 +18,8 @@ import exmcp_actors as mcp
 from exmcp_actors._protocol import _jsonrpc as rpc
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport._framing import LineSplitter
-from exmcp_actors._transport._wsframes import (
+from exmcp_actors._transport.http._sse import SSEParser
+from exmcp_actors._transport.websocket._frames import (
     FRAGMENT_OVERHEAD,
     MAX_FRAGMENTS,
     OP_BINARY,
@@ -29,7 +30,6 @@ from exmcp_actors._transport._wsframes import (
     Oversized,
     ProtocolError,
 )
-from exmcp_actors._transport.http._sse import SSEParser
 from exmcp_actors.testing import FakeServer
 
 FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors._door import Reply
-from exmcp_actors._inbox import Inbox
-from exmcp_actors._lane import DeliveryLane
+from exmcp_actors._delivery._inbox import Inbox
 from exmcp_actors._protocol import _events as ev
 from exmcp_actors._protocol._filters import normalize_filter
 from exmcp_actors._protocol._index import ListenerIndex
 from exmcp_actors._protocol._messages import NOTIFICATION
-from exmcp_actors._subscriber_proxy import resolve_subscriber
+from exmcp_actors._runtime._lane import DeliveryLane
+from exmcp_actors._runtime._monitor import Reply
+from exmcp_actors._runtime._subscriber_proxy import resolve_subscriber
 from exmcp_actors._transport._framing import QueueWriter
-from exmcp_actors._transport._pipes import pipe_write_now
+from exmcp_actors._transport.stdio._pipes import pipe_write_now
 from exmcp_actors.testing import FakeServer
 from tests.test_protocol_session import legacy
 

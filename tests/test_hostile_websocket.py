@@ -14,7 +14,7 @@ from helpers_transport import WAIT, RawWsPeer, RecordingSink, join_exmcp_threads
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import TransportError
-from exmcp_actors._transport._websocket import WebSocketTransport
+from exmcp_actors._transport.websocket._connection import WebSocketTransport
 
 SECRET = "s3cr3t-t0k3n"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors._config import load_config
+from exmcp_actors._api._config import load_config
 from exmcp_actors.testing import FakeServer
 from tests.sdk_helpers import FAST_BACKOFF, PEER_TOOLS, WAIT
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from exmcp_actors._inbox import Inbox, land
+from exmcp_actors._delivery._inbox import Inbox, land
 from exmcp_actors._protocol._messages import CLOSED
 
 TIMEOUT = 5.0

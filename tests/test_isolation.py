@@ -387,8 +387,8 @@ def test_bytes_per_pending_message_and_an_unread_inbox_stops_growing_at_its_boun
     import json
     import tracemalloc
 
-    from exmcp_actors._bound import DEFAULT_MAX_PENDING, Bound
-    from exmcp_actors._inbox import Inbox, land
+    from exmcp_actors._delivery._bound import DEFAULT_MAX_PENDING, Bound
+    from exmcp_actors._delivery._inbox import Inbox, land
 
     # End to end: the inbox holds the bound and one signal queued at it, whatever comes after.
     bound = 1_000

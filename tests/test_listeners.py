@@ -29,11 +29,11 @@ import pykka
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors import _subscriber_proxy
-from exmcp_actors._client_actor import ClientActor, InspectClient
 from exmcp_actors._protocol._events import Frames
 from exmcp_actors._protocol._filters import NotificationFilter
 from exmcp_actors._protocol._index import ListenerIndex
+from exmcp_actors._runtime import _subscriber_proxy
+from exmcp_actors._runtime._client_actor import ClientActor, InspectClient
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
 from tests.sdk_helpers import eventually
 

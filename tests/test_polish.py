@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors._connect import make_transport, redact_url
+from exmcp_actors._api._connect import make_transport, redact_url
 from exmcp_actors._version import installed_version
 from exmcp_actors.testing import FakeServer
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exmcp_actors._transport._watchdog import KILL_AFTER
+from exmcp_actors._transport.stdio._watchdog import KILL_AFTER
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals and process groups")
 

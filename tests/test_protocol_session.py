@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from exmcp_actors._handle import Handle
-from exmcp_actors._inbox import Inbox
-from exmcp_actors._listener import Listener
+from exmcp_actors._api._handle import Handle
+from exmcp_actors._api._listener import Listener
+from exmcp_actors._api._subscription import Subscription, Watch
+from exmcp_actors._delivery._inbox import Inbox
 from exmcp_actors._protocol import _messages as m
 from exmcp_actors._protocol._backoff import Backoff
 from exmcp_actors._protocol._errors import (
@@ -64,8 +65,7 @@ from exmcp_actors._protocol._jsonrpc import RequestBuilder
 from exmcp_actors._protocol._registry import ProxySlot
 from exmcp_actors._protocol._session import Session, SessionConfig
 from exmcp_actors._protocol._state import Phase
-from exmcp_actors._subscriber_proxy import Subscriber
-from exmcp_actors._subscription import Subscription, Watch
+from exmcp_actors._runtime._subscriber_proxy import Subscriber
 
 T = TypeVar("T")
 

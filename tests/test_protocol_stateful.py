@@ -30,7 +30,7 @@ from exmcp_actors._protocol._errors import Error, ListenerNotFound
 from exmcp_actors._protocol._filters import normalize_filter
 from exmcp_actors._protocol._messages import FINAL_TAGS
 from exmcp_actors._protocol._refcount import RefcountBook
-from exmcp_actors._subscriber_proxy import Subscriber
+from exmcp_actors._runtime._subscriber_proxy import Subscriber
 from tests.test_protocol_session import Driver, new_handle
 
 URIS = ["file:///a", "file:///b", "file:///c"]

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors._scheduler import Scheduler, scheduler
-from exmcp_actors._transport._websocket import WebSocketTransport, _WsConnection
+from exmcp_actors._transport.websocket._connection import WebSocketTransport, _WsConnection
+from exmcp_actors._util._scheduler import Scheduler, scheduler
 from exmcp_actors.testing import FakeServer
 
 WAIT = 5.0
@@ -148,7 +148,7 @@ def test_a_modern_websocket_client_with_one_watch_runs_five_threads_and_shares_t
 
 
 def test_the_liveness_watcher_polls_only_while_it_watches_someone() -> None:
-    from exmcp_actors._subscriber_proxy import LivenessWatcher
+    from exmcp_actors._runtime._subscriber_proxy import LivenessWatcher
 
     class Proxy:
         def __init__(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 from peers.launch import Peer
 
 import exmcp_actors as mcp
-from exmcp_actors._redact import redact_text, redact_url
+from exmcp_actors._util._redact import redact_text, redact_url
 from tests.sdk_helpers import every_log_record
 
 SECRET = "Zs3cr3tZ"
@@ -81,7 +81,7 @@ def test_every_library_logger_is_redacted(everything: list[str], name: str) -> N
 
 
 def test_every_logger_the_package_names_is_covered() -> None:
-    from exmcp_actors._redact import covered
+    from exmcp_actors._util._redact import covered
 
     package = Path(mcp.__file__).resolve().parent
     names = {

@@ -34,7 +34,7 @@ from helpers_transport import (
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport._framing import LineSplitter
-from exmcp_actors._transport._stdio import DEFAULT_INHERITED_ENV_VARS, StdioTransport
+from exmcp_actors._transport.stdio._process import DEFAULT_INHERITED_ENV_VARS, StdioTransport
 
 MakeTransport = Callable[..., StdioTransport]
 

@@ -29,7 +29,7 @@ from websockets.typing import Subprotocol
 
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import InvalidFrame
-from exmcp_actors._transport._websocket import WebSocketTransport
+from exmcp_actors._transport.websocket._connection import WebSocketTransport
 
 MakeTransport = Callable[..., WebSocketTransport]
 TEXT, BINARY, CONT, CLOSE, PING = 0x1, 0x2, 0x0, 0x8, 0x9

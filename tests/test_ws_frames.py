@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from exmcp_actors._transport._framing import RAW_PREVIEW_BYTES
-from exmcp_actors._transport._wsframes import (
+from exmcp_actors._transport.websocket._frames import (
     OP_BINARY,
     OP_CLOSE,
     OP_CONT,

@@ -13,7 +13,7 @@ import webbrowser
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-from .._redact import redact_url
+from .._util._redact import redact_url
 from ._discovery import AuthError
 
 __all__ = ["LoopbackListener", "loopback_redirect"]

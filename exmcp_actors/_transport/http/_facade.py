@@ -16,7 +16,7 @@ import httpx
 
 from ..._auth import BearerAuth, OAuth
 from ..._protocol._errors import TransportError
-from ..._redact import redact_url
+from ..._util._redact import redact_url
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from ._config import Config, logger
 from ._link import Link

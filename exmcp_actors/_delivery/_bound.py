@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Final
 
-from ._protocol import _messages as m
+from .._protocol import _messages as m
 
 DEFAULT_MAX_PENDING: Final = 10_000
 _LIST_CHANGED: Final = frozenset(

@@ -23,9 +23,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .._protocol._errors import TransportError
-from ._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
-from ._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
+from ..._protocol._errors import TransportError
+from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
+from .._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
 from ._pipes import PipeReader, close_fd, open_pidfd, pipe_write_now
 from ._watchdog import WATCHDOG
 

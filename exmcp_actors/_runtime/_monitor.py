@@ -27,11 +27,11 @@ from concurrent.futures import InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from ._protocol import _events as ev
-from ._protocol._errors import TransportError
-from ._protocol._jsonrpc import Frame
-from ._protocol._session import Session
-from ._transport._base import Transport
+from .._protocol import _events as ev
+from .._protocol._errors import TransportError
+from .._protocol._jsonrpc import Frame
+from .._protocol._session import Session
+from .._transport._base import Transport
 
 logger = logging.getLogger("exmcp_actors")
 

@@ -11,15 +11,9 @@ from typing import Any
 
 import pykka
 
-from ._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
-from ._calls import ServerCalls, check_timeout
-from ._catalog import CatalogCalls
-from ._client_actor import Disconnect, InspectClient, SharedState
-from ._handle import FilteredHandle, Handle
-from ._host_pool import HostRuntime
-from ._inbox import Inbox
-from ._listener import Listener
-from ._protocol._errors import (
+from .._delivery._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
+from .._delivery._inbox import Inbox
+from .._protocol._errors import (
     ListenerNotFound,
     NotConnected,
     RequestTimeout,
@@ -27,7 +21,7 @@ from ._protocol._errors import (
     SubscriberNotAlive,
     UseListen,
 )
-from ._protocol._events import (
+from .._protocol._events import (
     AbandonListener,
     ActivateListener,
     CancelSubscription,
@@ -37,10 +31,16 @@ from ._protocol._events import (
     Release,
     RemoveHandle,
 )
-from ._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
-from ._protocol._jsonrpc import RequestBuilder
-from ._refcount_worker import Inspect, SharedBook, Unanswered, acquire_uris
-from ._subscriber_proxy import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
+from .._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
+from .._protocol._jsonrpc import RequestBuilder
+from .._runtime._client_actor import Disconnect, InspectClient, SharedState
+from .._runtime._host_pool import HostRuntime
+from .._runtime._refcount_worker import Inspect, SharedBook, Unanswered, acquire_uris
+from .._runtime._subscriber_proxy import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
+from ._calls import ServerCalls, check_timeout
+from ._catalog import CatalogCalls
+from ._handle import FilteredHandle, Handle
+from ._listener import Listener
 from ._subscription import Subscription, Watch
 
 logger = logging.getLogger("exmcp_actors")

@@ -19,10 +19,10 @@ from typing import Any, Final
 
 import pykka
 
-from ._bound import handed_over
-from ._inbox import Inbox, land
-from ._protocol._messages import FINAL_TAGS
-from ._scheduler import TimerSlot
+from .._delivery._bound import handed_over
+from .._delivery._inbox import Inbox, land
+from .._protocol._messages import FINAL_TAGS
+from .._util._scheduler import TimerSlot
 
 logger = logging.getLogger("exmcp_actors")
 

@@ -17,10 +17,9 @@ import queue
 import threading
 from typing import Any, Final, Literal, NamedTuple
 
-from ._handle import Handle
-from ._inbox import LatestInbox, catalog_key
-from ._protocol._errors import Error
-from ._protocol._messages import (
+from .._delivery._inbox import LatestInbox, catalog_key
+from .._protocol._errors import Error
+from .._protocol._messages import (
     CLOSED,
     NOTIFICATION,
     RECONNECTED,
@@ -28,7 +27,8 @@ from ._protocol._messages import (
     SUBSCRIPTION_CLOSED,
     SUBSCRIPTION_RESYNC,
 )
-from ._subscriber_proxy import deliver, resolve_subscriber
+from .._runtime._subscriber_proxy import deliver, resolve_subscriber
+from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.catalog")
 

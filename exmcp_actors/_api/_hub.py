@@ -15,14 +15,14 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
+from .._delivery._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
+from .._delivery._inbox import Inbox, LatestInbox, catalog_key
+from .._protocol._errors import Error
 from ._catalog import Catalog
 from ._client import Client
 from ._config import ServerSpec, load_config
 from ._connect import connect
 from ._handle import Handle
-from ._inbox import Inbox, LatestInbox, catalog_key
-from ._protocol._errors import Error
 
 logger = logging.getLogger("exmcp_actors.hub")
 _G = TypeVar("_G", bound="_Group")

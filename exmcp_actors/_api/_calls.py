@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pykka
 
-from ._door import Reply
-from ._host_pool import HostRuntime
-from ._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
-from ._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
-from ._protocol._handshake import META_CLIENT_CAPABILITIES
-from ._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
-from ._protocol._jsonrpc import RequestBuilder
+from .._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
+from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
+from .._protocol._handshake import META_CLIENT_CAPABILITIES
+from .._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
+from .._protocol._jsonrpc import RequestBuilder
+from .._runtime._host_pool import HostRuntime
+from .._runtime._monitor import Reply
 from ._task import Task
 
 if TYPE_CHECKING:
-    from ._client_actor import SharedState
+    from .._runtime._client_actor import SharedState
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES = 10_000

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._transport._base import Transport
+from .._transport._base import Transport
 
 _TYPES = frozenset({"stdio", "http", "streamable-http", "streamableHttp", "ws", "websocket"})
 

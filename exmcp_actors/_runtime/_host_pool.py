@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
-from ._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
+from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
+from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
 
 logger = logging.getLogger("exmcp_actors")
 

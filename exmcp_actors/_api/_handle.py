@@ -6,11 +6,11 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
-from ._bound import Bound
-from ._inbox import Inbox
-from ._protocol._errors import ListenerNotFound, NotConnected
-from ._protocol._filters import NotificationFilter
-from ._protocol._messages import FINAL_TAGS
+from .._delivery._bound import Bound
+from .._delivery._inbox import Inbox
+from .._protocol._errors import ListenerNotFound, NotConnected
+from .._protocol._filters import NotificationFilter
+from .._protocol._messages import FINAL_TAGS
 
 
 class Handle:

@@ -23,27 +23,19 @@ from typing import Any, NamedTuple
 
 import pykka
 
-from ._door import SessionDoor, settle
+from .._protocol import _events as ev
+from .._protocol._errors import error_term
+from .._protocol._filters import NotificationFilter
+from .._protocol._index import ListenerIndex
+from .._protocol._jsonrpc import Frame, RequestBuilder
+from .._protocol._session import Session, SessionConfig
+from .._protocol._state import Phase
+from .._transport._base import Transport
+from .._util._scheduler import TimerHandle, call_later
 from ._host_pool import HostRuntime
 from ._lane import DeliveryLane, flush
-from ._protocol import _events as ev
-from ._protocol._errors import error_term
-from ._protocol._filters import NotificationFilter
-from ._protocol._index import ListenerIndex
-from ._protocol._jsonrpc import Frame, RequestBuilder
-from ._protocol._session import Session, SessionConfig
-from ._protocol._state import Phase
-from ._scheduler import TimerHandle, call_later
-from ._subscriber_proxy import (
-    CUT,
-    FINAL_ONLY,
-    LivenessWatcher,
-    Subscriber,
-    SubscriberDown,
-    SubscriberProxy,
-    cut,
-)
-from ._transport._base import Transport
+from ._monitor import SessionDoor, settle
+from ._subscriber_proxy import CUT, FINAL_ONLY, LivenessWatcher, Subscriber, SubscriberDown, SubscriberProxy, cut
 
 logger = logging.getLogger("exmcp_actors")
 

@@ -47,12 +47,12 @@ from typing import Any, Final
 
 import websocket
 
-from .._auth import OAuth
-from .._protocol._errors import TransportError
-from .._redact import redact_url
-from .._scheduler import TimerSlot
-from ._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
-from ._framing import (
+from ..._auth import OAuth
+from ..._protocol._errors import TransportError
+from ..._util._redact import redact_url
+from ..._util._scheduler import TimerSlot
+from .._base import DEFAULT_MAX_FRAME_BYTES, Frame, FrameSink, Transport
+from .._framing import (
     ConnectionSlot,
     LossLatch,
     QueueWriter,
@@ -63,7 +63,7 @@ from ._framing import (
     logger,
     oversized_error,
 )
-from ._wsframes import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Oversized, ProtocolError, WsEvent
+from ._frames import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Oversized, ProtocolError, WsEvent
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
 SUBPROTOCOL: Final = "mcp"

@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from ._base import DEFAULT_MAX_FRAME_BYTES
-from ._framing import RAW_PREVIEW_BYTES
+from .._base import DEFAULT_MAX_FRAME_BYTES
+from .._framing import RAW_PREVIEW_BYTES
 
 OP_CONT: Final = 0x0
 OP_TEXT: Final = 0x1

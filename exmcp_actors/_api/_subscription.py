@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._delivery._inbox import Inbox
+from .._protocol._filters import NotificationFilter
 from ._handle import FilteredHandle, Handle
-from ._inbox import Inbox
-from ._protocol._filters import NotificationFilter
 
 
 class Subscription(Handle):

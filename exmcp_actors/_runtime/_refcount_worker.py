@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 import pykka
 
-from ._protocol._errors import Error, NotConnected, RequestTimeout, SubscribeFailed, SubscriberNotAlive, error_term
-from ._protocol._events import Release, Reset, Resubscribe, ResubscribeReport
-from ._protocol._refcount import RefcountBook
+from .._protocol._errors import Error, NotConnected, RequestTimeout, SubscribeFailed, SubscriberNotAlive, error_term
+from .._protocol._events import Release, Reset, Resubscribe, ResubscribeReport
+from .._protocol._refcount import RefcountBook
 
 logger = logging.getLogger("exmcp_actors")
 

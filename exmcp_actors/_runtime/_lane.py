@@ -28,12 +28,12 @@ from typing import Any
 
 import pykka
 
-from ._bound import admit_to_proxy
-from ._inbox import Inbox, land
-from ._protocol._events import Outbox
-from ._protocol._filters import NotificationFilter
-from ._protocol._index import ListenerIndex, dispatch, for_a_subscription, notification_parts
-from ._protocol._jsonrpc import Frame
+from .._delivery._bound import admit_to_proxy
+from .._delivery._inbox import Inbox, land
+from .._protocol._events import Outbox
+from .._protocol._filters import NotificationFilter
+from .._protocol._index import ListenerIndex, dispatch, for_a_subscription, notification_parts
+from .._protocol._jsonrpc import Frame
 from ._subscriber_proxy import Deliver, deliver
 
 #: Releases the GIL and the CPU for a moment (one syscall).

@@ -12,21 +12,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from ._auth import OAuth
+from .._auth import OAuth
+from .._protocol._backoff import Backoff
+from .._protocol._errors import ConnectError
+from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode
+from .._protocol._host_checks import check_roots
+from .._protocol._jsonrpc import RequestBuilder
+from .._protocol._session import SessionConfig
+from .._runtime._client_actor import ClientActor, Config, SharedState, Start
+from .._runtime._host_pool import HostRuntime
+from .._runtime._refcount_worker import RefcountWorker, SharedBook
+from .._transport._base import Transport
+from .._version import installed_version
 from ._calls import check_timeout
 from ._client import Client
-from ._client_actor import ClientActor, Config, SharedState, Start
-from ._host_pool import HostRuntime
-from ._protocol._backoff import Backoff
-from ._protocol._errors import ConnectError
-from ._protocol._handshake import PROTOCOL_MODES, ProtocolMode
-from ._protocol._host_checks import check_roots
-from ._protocol._jsonrpc import RequestBuilder
-from ._protocol._session import SessionConfig
-from ._refcount_worker import RefcountWorker, SharedBook
 from ._shutdown import track
-from ._transport._base import Transport
-from ._version import installed_version
 
 #: What ``clientInfo`` says when the host gives none: the package and its installed version.
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": installed_version()}
@@ -40,7 +40,7 @@ def url_transport(url: str, headers: Mapping[str, str] | None = None, auth: OAut
     """A WebSocket or Streamable HTTP transport for ``url``; a legacy ``.../sse`` URL is refused."""
     scheme = url.split(":", 1)[0].lower()
     if scheme in ("ws", "wss"):
-        from ._transport._websocket import WebSocketTransport
+        from .._transport.websocket._connection import WebSocketTransport
 
         return WebSocketTransport(url, dict(headers) if headers else None, auth=auth)
     if urlsplit(url).path.rstrip("/").endswith("/sse"):
@@ -49,7 +49,7 @@ def url_transport(url: str, headers: Mapping[str, str] | None = None, auth: OAut
             "not support: point it at the server's Streamable HTTP endpoint (often .../mcp) or use ws:// or stdio",
             reason="sse_transport_unsupported",
         )
-    from ._transport.http import HttpTransport
+    from .._transport.http import HttpTransport
 
     return HttpTransport(url, dict(headers) if headers else None, auth=auth)
 
@@ -100,7 +100,7 @@ def make_transport(
             f"unsupported URL scheme {scheme!r} in {redact_url(transport)!r}: use ws://, wss://, http:// or https://"
         )
     if isinstance(transport, Sequence) and transport and all(isinstance(a, str) for a in transport):
-        from ._transport._stdio import StdioTransport
+        from .._transport.stdio._process import StdioTransport
 
         return StdioTransport(list(transport), env=env, cwd=cwd, inherit_env=bool(inherit_env), name=name)
     raise TypeError(

@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._protocol._errors import ProtocolError, RequestError, RequestTimeout
-from ._protocol._filters import TASK_STATUS
-from ._protocol._host_checks import TERMINAL_TASK_STATES
-from ._protocol._jsonrpc import INTERNAL_ERROR
-from ._protocol._messages import NOTIFICATION, Notification
+from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
+from .._protocol._filters import TASK_STATUS
+from .._protocol._host_checks import TERMINAL_TASK_STATES
+from .._protocol._jsonrpc import INTERNAL_ERROR
+from .._protocol._messages import NOTIFICATION, Notification
 
 if TYPE_CHECKING:
     from ._calls import ServerCalls
@@ -96,7 +96,7 @@ class Task:
             RequestError: the task failed (or the server answered ``tasks/result`` with an error).
             RequestTimeout: not terminal within ``timeout`` seconds (None: wait as long as it takes).
         """
-        from ._calls import check_timeout  # here: _calls imports this module
+        from ._calls import check_timeout
 
         deadline = None if timeout is None else time.monotonic() + check_timeout("timeout", timeout)
         while True:

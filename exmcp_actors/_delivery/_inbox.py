@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Final
 
+from .._protocol._messages import FINAL_TAGS
 from ._bound import Bound
-from ._protocol._messages import FINAL_TAGS
 
 
 class Inbox:
