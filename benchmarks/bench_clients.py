@@ -4,7 +4,7 @@
   on a modern WebSocket session (the SDK test peer, ``--era both``) with one
   watch (``subscriber`` = the calling thread). Beside it, the same number of
   plain websocket-client connections, each with its own reader thread (the
-  least a blocking WebSocket client can run). Goals (issue 14): at most 5
+  least a blocking WebSocket client can run). Goals: at most 5
   threads per client plus one per subscriber (the shared scheduler thread is
   counted too, spread over the clients), at most 1 MB RSS per client.
 - Connect time: ``connect()`` until it returns a ready client, against the

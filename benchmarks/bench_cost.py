@@ -8,7 +8,7 @@
   ``resources/subscribe`` round trip each) and on one shared URI (refcount
   only), beside raw ``resources/subscribe`` round trips (``readline`` +
   ``json.loads``) and the SDK client's ``subscribe_resource`` on the same server.
-  Goals (issue 14): new URIs >= 1.5x the SDK and >= 0.6x raw; a shared URI
+  Goals: new URIs >= 1.5x the SDK and >= 0.6x raw; a shared URI
   >= 30,000/s, shown beside one bare pykka ``ask`` round trip, the least a
   registration that the client actor answers can cost.
 - Storm: 8 threads register 1,000 listeners on 100 URIs at once; the flood

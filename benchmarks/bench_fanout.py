@@ -212,7 +212,7 @@ def run(quick: bool = False) -> list[Row]:
         rows.append(Row(NAME, f"{case}: deliveries/s", lib, "/s", "raw, same shape", raw))
         per, per_raw = 1e6 / lib, 1e6 / raw
         note = "lower is better"
-        # Issue 14's goal is for one thread holding every listener; the other shapes are info.
+        # The goal is for one thread holding every listener; the other shapes are info.
         goal, passed = ("<= 3x raw", per <= 3 * per_raw) if shape == "thread" else ("", None)
         rows.append(
             Row(NAME, f"{case}: cost per delivery", per, "us", "raw, same shape", per_raw, goal, passed, note=note)

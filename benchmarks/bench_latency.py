@@ -8,7 +8,7 @@ in the host's hands: after ``listener.get()`` (exmcp_actors), after
 On Linux CLOCK_MONOTONIC is one system-wide clock, so the two processes'
 readings are comparable. The first ``WARMUP`` samples of each run are dropped.
 
-Goals (issue 14), per transport: exmcp_actors' p50 within 1.3x the raw p50,
+Goals, per transport: exmcp_actors' p50 within 1.3x the raw p50,
 its p99 within 1.5x the raw p99, its CPU per message within 1.5x the raw
 reader's. Over HTTP the library's listener is warmed up first (its GET stream
 opens after ``connect()`` returns); the raw reader opens its stream in the
@@ -191,7 +191,7 @@ def rows_for(
             continue
         p50, p99 = median(p50s[name]), median(p99s[name])
         cpu, raw_cpu = median(cpus[name]), median(cpus["raw"])
-        ours = name == "lib"  # the goals (issue 14) are the library's only
+        ours = name == "lib"  # the goals are the library's only
         rows += [
             Row(
                 NAME,

@@ -1,4 +1,4 @@
-"""Where the client's CPU goes at a steady 1,000 msg/s over stdio (the issue 14 profile).
+"""Where the client's CPU goes at a steady 1,000 msg/s over stdio.
 
 Not a benchmark row: it explains one. The same paced stream is read by the raw
 reader (``readline`` + ``json.loads`` on the host's thread) and by

@@ -1,6 +1,6 @@
-"""Fewer thread hand-offs (issue 14): requests sent from the host's thread, answers settled by
-the reader, registrations run at the session's side door, small stdio writes on the caller's
-thread. Each shortcut keeps what it replaces: order, bounds, and what the actor alone may do."""
+"""Fewer thread hand-offs: requests sent from the host's thread, answers settled by the reader,
+registrations run on the registering thread through the session monitor, small stdio writes on
+the caller's thread. Each shortcut keeps what it replaces: order, bounds, and what the actor alone may do."""
 
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ from exmcp_actors._protocol._filters import normalize_filter
 from exmcp_actors._protocol._index import ListenerIndex
 from exmcp_actors._protocol._messages import NOTIFICATION
 from exmcp_actors._runtime._lane import DeliveryLane
-from exmcp_actors._runtime._monitor import Reply
-from exmcp_actors._runtime._subscriber_proxy import resolve_subscriber
 from exmcp_actors._transport._framing import QueueWriter
 from exmcp_actors._transport.stdio._pipes import pipe_write_now
+from exmcp_actors._util._reply import Reply
 from exmcp_actors.testing import FakeServer
 from tests.test_protocol_session import legacy
 
@@ -87,7 +86,7 @@ class LaneRig:
         self.forwarded: list[list[Any]] = []
         self.inbox = Inbox()
 
-        def answer(frame: Any) -> bool:
+        def answer(frame: Any, settles: list[Any]) -> bool:
             self.answered.append((frame, len(self.inbox)))  # what had landed when it was settled
             return answers
 
@@ -124,14 +123,15 @@ def test_an_answer_the_reader_cannot_settle_goes_to_the_actor_with_everything_af
     assert rig.forwarded == [[answer, updated(2)], [updated(3)]]
 
 
-# -- the door itself --------------------------------------------------------------------------
+# -- the session monitor ---------------------------------------------------------------------
 
 
-def test_a_reader_never_waits_for_the_session_lock_it_forwards_instead(legacy_client: mcp.Client) -> None:
-    door = legacy_client._shared.door
-    assert door is not None
-    with door.lock:  # the actor busy with an input
-        assert not door.answer({"jsonrpc": "2.0", "id": 1, "result": {}})
+def test_a_reader_never_waits_for_the_session_monitor_it_forwards_instead(legacy_client: mcp.Client) -> None:
+    monitor = legacy_client._monitor
+    settles: list[Any] = []
+    with monitor.lock:  # another thread running an input
+        assert not monitor.try_answer({"jsonrpc": "2.0", "id": 1, "result": {}}, settles)
+    assert settles == []
     assert legacy_client.request("ping") == {}
 
 
@@ -157,21 +157,16 @@ def test_requests_from_many_threads_at_once_each_get_their_own_answer(
     assert [got.get(timeout=WAIT) for _ in range(200)] == [True] * 200
 
 
-def test_a_registration_whose_subscriber_has_no_proxy_yet_goes_to_the_actor(
+def test_a_registration_whose_subscriber_has_no_proxy_yet_starts_it_on_the_registering_thread(
     legacy_client: mcp.Client, legacy_server: FakeServer
 ) -> None:
-    """Only the actor starts a proxy, before anything can be delivered through it."""
-    door = legacy_client._shared.door
-    assert door is not None
+    """The proxy exists before the registration returns, so nothing can be delivered before it."""
     sink: queue.Queue[Any] = queue.Queue()
-    flt = normalize_filter({"toolsListChanged": True})
-    listener = mcp.Listener("door-test", legacy_client, sink, flt, None)
-    message = ev.RegisterListener(listener, "listener", flt, resolve_subscriber(sink), activate=True)
-    assert not door.register(message, WAIT)
-    assert legacy_client._inspect()["entries"] == 0  # refused before the session saw it
-    # The public path takes the actor then, and the next registration of the same sink the door.
     first = legacy_client.subscribe_notifications({"toolsListChanged": True}, subscriber=sink)
+    slot = legacy_client._monitor.session.registry.slots[("put", id(sink))]
+    assert slot.ref is not None and slot.ref.is_alive()
     second = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=sink)
+    assert legacy_client._monitor.session.registry.slots[("put", id(sink))].ref is slot.ref  # one per subscriber
     legacy_server.list_changed("tools")
     legacy_server.updated(A)
     assert sink.get(timeout=WAIT).listener is first

@@ -1,4 +1,4 @@
-"""Subscribers are isolated from each other and from the library (issue 11, sections 2 and 3).
+"""Subscribers are isolated from each other and from the library.
 
 - A subscriber whose ``put()`` raises is removed (its URIs released, its handle ended), logged
   once, never called again; every other listener still gets every message; the client lives.

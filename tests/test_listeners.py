@@ -1297,11 +1297,12 @@ def test_a_crashing_client_actor_closes_every_listener_with_crashed(
 
 
 class ActorBlocker:
-    """Holds the client actor inside its frame handler when a ``test/block`` server request
-    arrives (a request, so the reader thread hands it to the actor rather than delivering it).
+    """Parks the client actor inside its frame handler, holding the session monitor, when a
+    ``test/block`` server request arrives (a request, so the reader thread hands it to the actor
+    rather than delivering it): a session busy for longer than a host's timeout.
 
     Frames before the marker in the same batch are handled first, so a test can let a response
-    through and then park the actor, making "the caller's ask timed out, the actor acts later"
+    through and then park the actor, making "the caller timed out while the session was busy"
     deterministic.
     """
 
@@ -1317,9 +1318,10 @@ class ActorBlocker:
             frames = list(message.frames)
             for index, frame in enumerate(frames):
                 if isinstance(frame, dict) and frame.get("method") == self.METHOD:
-                    actor._handle_frames(Frames(message.generation, frames[:index]))
-                    self.blocked.set()
-                    self.release.wait(10.0)
+                    actor.monitor.run(Frames(message.generation, frames[:index]))
+                    with actor.monitor.lock:  # every command waits for the session meanwhile
+                        self.blocked.set()
+                        self.release.wait(10.0)
                     # Exactly one call of the real handler per batch: it marks the batch handled.
                     return original(actor, Frames(message.generation, frames[index + 1 :]))
             return original(actor, message)

@@ -13,6 +13,7 @@ from exmcp_actors._api._handle import Handle
 from exmcp_actors._api._listener import Listener
 from exmcp_actors._api._subscription import Subscription, Watch
 from exmcp_actors._delivery._inbox import Inbox
+from exmcp_actors._delivery._targets import Subscriber
 from exmcp_actors._protocol import _messages as m
 from exmcp_actors._protocol._backoff import Backoff
 from exmcp_actors._protocol._errors import (
@@ -65,7 +66,6 @@ from exmcp_actors._protocol._jsonrpc import RequestBuilder
 from exmcp_actors._protocol._registry import ProxySlot
 from exmcp_actors._protocol._session import Session, SessionConfig
 from exmcp_actors._protocol._state import Phase
-from exmcp_actors._runtime._subscriber_proxy import Subscriber
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""A hypothesis stateful test of the listener registry and the URI refcount core (issue 11).
+"""A hypothesis stateful test of the listener registry and the URI refcount core.
 
 The sans-IO :class:`Session` (registry, index, legacy listeners) and the
 :class:`RefcountBook` the worker drives are fed random sequences of what hosts,
@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, precondition, rule
 
+from exmcp_actors._delivery._targets import Subscriber
 from exmcp_actors._protocol import _events as ev
 from exmcp_actors._protocol._errors import Error, ListenerNotFound
 from exmcp_actors._protocol._filters import normalize_filter
 from exmcp_actors._protocol._messages import FINAL_TAGS
 from exmcp_actors._protocol._refcount import RefcountBook
-from exmcp_actors._runtime._subscriber_proxy import Subscriber
 from tests.test_protocol_session import Driver, new_handle
 
 URIS = ["file:///a", "file:///b", "file:///c"]

@@ -1,4 +1,4 @@
-"""Registration shortcuts (issue 14): a listener on a URI that is already held, and the removal
+"""Registration shortcuts: a listener on a URI that is already held, and the removal
 of one holder among several, need no wire call and so no wait on the refcount worker, which
 keeps serializing every call that does go to the wire."""
 

@@ -1,4 +1,4 @@
-"""The process-wide scheduler (issue 14): one timer thread for every client's timers,
+"""The process-wide scheduler: one timer thread for every client's timers,
 heartbeats and liveness polls, started lazily and ended when idle."""
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """What the client asks of the server: raw requests and the MCP request helpers.
 
 :class:`ServerCalls` is a mixin of :class:`~exmcp_actors.Client`; it needs the
-client's actor reference, request ids, default timeout and era.
+client's session monitor, request ids, default timeout and era. Every command runs its
+input on the calling thread, through the monitor (``exmcp_actors._runtime``), so what
+one thread asks for reaches the wire in the order it asked.
 """
 
 from __future__ import annotations
@@ -22,16 +24,20 @@ from .._protocol._handshake import META_CLIENT_CAPABILITIES
 from .._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
 from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._host_pool import HostRuntime
-from .._runtime._monitor import Reply
+from .._runtime._monitor import SessionMonitor
+from .._util._reply import Reply
 from ._task import Task
 
 if TYPE_CHECKING:
-    from .._runtime._client_actor import SharedState
+    from .._runtime._shared import SharedState
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES = 10_000
 #: Most ``input_required`` rounds (2026-07-28) one call goes through; the SDKs use 10 too.
 MAX_INPUT_ROUNDS = 10
+#: Most seconds a command waits to enter the session: its holders run only short steps that
+#: never block, so only a bug of the library makes a command wait that long.
+COMMAND_WAIT = 10.0
 #: How long a finished call waits for its progress callback to take what already arrived.
 PROGRESS_DRAIN_WAIT = 5.0
 _progress_tokens = itertools.count(1)
@@ -60,6 +66,7 @@ class ServerCalls:
     """Requests to the server; every call blocks for at most its ``timeout`` (or the client's default)."""
 
     _ref: pykka.ActorRef[Any]
+    _monitor: SessionMonitor
     _shared: SharedState
     _ids: RequestBuilder
     _request_timeout: float
@@ -84,18 +91,17 @@ class ServerCalls:
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
         return self._await_request(self._send_request(method, params), wait)
 
+    def _run(self, message: Any, timeout: float | None = None) -> Any:
+        """Run a command on the session from this thread (see ``exmcp_actors._runtime``): its
+        frames are on the transport, in order, when this returns."""
+        return self._monitor.run(message, COMMAND_WAIT if timeout is None else min(timeout, COMMAND_WAIT))
+
     def _send_request(self, method: str, params: dict[str, Any] | None) -> PendingRequest:
-        """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`)."""
+        """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`).
+        A client that is not ready (or has stopped) fails the request through its future."""
         request_id = self._ids.next_id()
         future = Reply()
-        message = SendRequest(request_id, method, params, future)
-        door = self._shared.door
-        # From this thread, unless the client actor stays busy: it would only pass the frame on.
-        if door is None or not door.send_request(message):
-            try:
-                self._ref.tell(message)
-            except pykka.ActorDeadError:
-                raise NotConnected("the client is disconnected") from None
+        self._run(SendRequest(request_id, method, params, future))
         return PendingRequest(request_id, method, future)
 
     def _await_request(self, pending: PendingRequest, wait: float) -> Any:
@@ -103,10 +109,7 @@ class ServerCalls:
         try:
             return pending.future.result(max(0.0, wait))
         except FutureTimeout:
-            try:
-                self._ref.tell(CancelRequest(pending.request_id, "timeout"))
-            except pykka.ActorDeadError:
-                pass
+            self._run(CancelRequest(pending.request_id, "timeout"))
             raise RequestTimeout(f"{pending.method} got no answer within {wait:g}s") from None
 
     def _interactive(
@@ -284,10 +287,7 @@ class ServerCalls:
             raise ValueError(f"level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
         future: Future[Any] = Future()
-        try:
-            self._ref.tell(SetLogLevel(level, future))
-        except pykka.ActorDeadError:
-            raise NotConnected("the client is disconnected") from None
+        self._run(SetLogLevel(level, future), wait)
         try:
             future.result(wait)
         except FutureTimeout:
@@ -302,11 +302,10 @@ class ServerCalls:
                 "neither advertises roots nor answers roots/list"
             )
         checked = check_roots(roots)
+        if self._shared.status == "disconnected":
+            raise NotConnected("the client is disconnected")
         self._host.roots = checked  # 2026-07-28 input requests are answered in the caller's thread
-        try:
-            self._ref.tell(SetRoots(checked))
-        except pykka.ActorDeadError:
-            raise NotConnected("the client is disconnected") from None
+        self._run(SetRoots(checked))
 
     def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
         """``prompts/get``; returns the result dict."""

@@ -18,6 +18,7 @@ import threading
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._inbox import LatestInbox, catalog_key
+from .._delivery._targets import deliver, resolve_subscriber
 from .._protocol._errors import Error
 from .._protocol._messages import (
     CLOSED,
@@ -27,7 +28,6 @@ from .._protocol._messages import (
     SUBSCRIPTION_CLOSED,
     SUBSCRIPTION_RESYNC,
 )
-from .._runtime._subscriber_proxy import deliver, resolve_subscriber
 from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.catalog")

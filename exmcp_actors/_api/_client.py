@@ -13,6 +13,7 @@ import pykka
 
 from .._delivery._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from .._delivery._inbox import Inbox
+from .._delivery._targets import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
 from .._protocol._errors import (
     ListenerNotFound,
     NotConnected,
@@ -33,10 +34,10 @@ from .._protocol._events import (
 )
 from .._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from .._protocol._jsonrpc import RequestBuilder
-from .._runtime._client_actor import Disconnect, InspectClient, SharedState
+from .._runtime._client_actor import Disconnect, InspectClient
 from .._runtime._host_pool import HostRuntime
 from .._runtime._refcount_worker import Inspect, SharedBook, Unanswered, acquire_uris
-from .._runtime._subscriber_proxy import CUT, FINAL_ONLY, Subscriber, cut, resolve_subscriber
+from .._runtime._shared import SharedState
 from ._calls import ServerCalls, check_timeout
 from ._catalog import CatalogCalls
 from ._handle import FilteredHandle, Handle
@@ -67,6 +68,8 @@ class Client(ServerCalls, CatalogCalls):
         host: HostRuntime | None = None,
     ) -> None:
         self._ref = actor_ref
+        assert shared.monitor is not None  # set as the client actor was made
+        self._monitor = shared.monitor
         self._host = host if host is not None else HostRuntime(name)
         self._shared = shared
         self._ids = ids
@@ -189,25 +192,33 @@ class Client(ServerCalls, CatalogCalls):
                 self._acquire(handle_id, uris, resolved.alive, deadline, wait)
                 self._register_now(RegisterListener(handle, kind, flt, resolved, activate=True), remaining(deadline))
             else:
-                # Registered first: the client actor says why it cannot (era, status) before any wire call.
-                self._ask(RegisterListener(handle, kind, flt, resolved), wait)
+                # Registered first: the session says why it cannot (era, status) before any wire call.
+                self._run(RegisterListener(handle, kind, flt, resolved), wait)
                 self._acquire(handle_id, uris, resolved.alive, deadline, wait)
-                self._ask(ActivateListener(handle_id), remaining(deadline))
+                self._run(ActivateListener(handle_id), remaining(deadline))
         except BaseException:
-            # Whatever failed, and even if a timed-out ask is still queued: the abandon is queued
-            # behind it on the client, and the release gives back whatever this handle still
+            # Whatever failed: forget what of it exists, and give back whatever this handle still
             # holds (both are no-ops when there is nothing left).
-            self._tell(AbandonListener(handle_id))
+            self._abandon(handle_id, deadline)
             self._release_on_worker(handle_id)
             raise
         return handle
 
     def _register_now(self, message: RegisterListener, wait: float) -> None:
-        """Register and activate: on this thread if the session allows it (see ``_door``), else
-        through the client actor."""
-        door = self._shared.door
-        if door is None or not door.register(message, wait):
-            self._ask(message, wait)
+        """Register and activate in one step, on this thread."""
+        self._run(message, wait)
+
+    def _abandon(self, handle_id: Any, deadline: float) -> None:
+        """Forget a registration that failed, within what is left of its deadline; if the session
+        stays busy past it, the client actor does it next (an abandon sends nothing, so running
+        it later reorders nothing on the wire). Never raises over the failure being handled."""
+        message = AbandonListener(handle_id)
+        try:
+            self._run(message, remaining(deadline))
+        except RequestTimeout:
+            self._monitor.defer(message)  # to the client actor: this thread does not hold it
+        except Exception:
+            logger.exception("%s: forgetting the failed registration %s failed", self.name, handle_id)
 
     def _held_path(self, handle_id: Any, uris: tuple[str, ...]) -> bool:
         """Take every URI on this thread if all are held already (see ``_refcount_worker``)."""
@@ -268,13 +279,8 @@ class Client(ServerCalls, CatalogCalls):
                 pass
 
     def _overflowed(self, handle_id: Any) -> None:
-        self._tell(Overflowed(handle_id))
-
-    def _tell(self, message: Any) -> None:
-        try:
-            self._ref.tell(message)
-        except pykka.ActorDeadError:
-            pass
+        # Raised inside a delivery, where the session cannot be entered again: run next.
+        self._monitor.defer(Overflowed(handle_id))
 
     def unsubscribe_notifications(self, listener: Listener, timeout: float = 5.0) -> None:
         """Remove a listener (or a legacy watch) and release its URIs. No closing message follows.
@@ -301,12 +307,10 @@ class Client(ServerCalls, CatalogCalls):
             return  # a stopped client holds nothing: nothing to remove
         deadline = time.monotonic() + wait
         try:
-            self._ask(RemoveHandle(handle.id), wait)
-        except NotConnected:
-            return
-        except RequestTimeout:
-            # The removal is still queued and will happen; its URIs must go with it.
-            self._release_on_worker(handle.id)
+            self._run(RemoveHandle(handle.id), wait)
+        except ListenerNotFound:
+            if self._shared.status == "disconnected":
+                return  # the client stopped meanwhile, and closed it: nothing left to remove
             raise
         handle._finish()
         if self._book is not None and self._book.release_held(handle.id):
@@ -347,11 +351,14 @@ class Client(ServerCalls, CatalogCalls):
         handle, resolved = self._new_handle(flt, subscriber, kind, "modern", limit)
         handle_id = handle.id
         acknowledged: Future[NotificationFilter] = Future()
-        self._ask(OpenSubscription(handle, kind, flt, resolved, acknowledged), wait)
+        self._run(OpenSubscription(handle, kind, flt, resolved, acknowledged), wait)
         try:
             acknowledged.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
-            self._tell(CancelSubscription(handle_id, None))
+            try:
+                self._run(CancelSubscription(handle_id, None), remaining(deadline))
+            except ListenerNotFound:
+                pass  # ended meanwhile: nothing left to cancel
             raise RequestTimeout(f"subscriptions/listen was not acknowledged within {wait}s") from None
         return handle
 
@@ -362,9 +369,11 @@ class Client(ServerCalls, CatalogCalls):
         if not self._ref.is_alive():
             return
         try:
-            self._ask(CancelSubscription(subscription.id, "cancelled"), wait)
-        except NotConnected:
-            return
+            self._run(CancelSubscription(subscription.id, "cancelled"), wait)
+        except ListenerNotFound:
+            if self._shared.status == "disconnected":
+                return  # the client stopped meanwhile, and closed it
+            raise
 
     def _snapshot(self, ack: NotificationFilter) -> dict[str, Any]:
         """What a resync refetches, according to the acknowledged filter."""

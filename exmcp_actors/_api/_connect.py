@@ -19,9 +19,11 @@ from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from .._protocol._host_checks import check_roots
 from .._protocol._jsonrpc import RequestBuilder
 from .._protocol._session import SessionConfig
-from .._runtime._client_actor import ClientActor, Config, SharedState, Start
+from .._runtime._client_actor import ClientActor, Start
+from .._runtime._effects import Config
 from .._runtime._host_pool import HostRuntime
-from .._runtime._refcount_worker import RefcountWorker, SharedBook
+from .._runtime._refcount_worker import RefcountWorker, SharedBook, Wire
+from .._runtime._shared import SharedState
 from .._transport._base import Transport
 from .._version import installed_version
 from ._calls import check_timeout
@@ -201,7 +203,8 @@ def connect(
     track(client)  # closed at interpreter exit, before the host's threads are joined
     # The worker's wire calls go out through the client like any other request.
     book = SharedBook()
-    worker = RefcountWorker.start(client, ref, shared.adopt_current_thread, book)
+    wire = Wire(client.request, client._send_request, client._await_request, request_wait)
+    worker = RefcountWorker.start(wire, ref, shared.adopt_current_thread, book)
     client._worker, client._book = worker, book
     ref.tell(Start(worker, client._snapshot))
     # The session's own deadline ends the connect at connect_timeout, naming the stage that ran

@@ -6,14 +6,14 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
-from .._delivery._bound import Bound
 from .._delivery._inbox import Inbox
+from .._delivery._targets import Delivered
 from .._protocol._errors import ListenerNotFound, NotConnected
 from .._protocol._filters import NotificationFilter
 from .._protocol._messages import FINAL_TAGS
 
 
-class Handle:
+class Handle(Delivered):
     """Common surface: ``get()``, iteration until the closing message, context manager.
 
     When the subscriber is an actor or a ``put()`` object, messages go there and
@@ -21,14 +21,9 @@ class Handle:
     """
 
     def __init__(self, handle_id: Any, client: Any, subscriber: Any, inbox: Inbox | None) -> None:
-        self.id = handle_id
+        super().__init__(handle_id, inbox)
         self.client = client
         self.subscriber = subscriber
-        self._inbox = inbox
-        #: Its ``max_pending`` bound (see ``_bound``); set by the client that makes it.
-        self._bound: Bound | None = inbox.bound if inbox is not None else None
-        #: What may still start being delivered to it (see ``_subscriber_proxy.cut``).
-        self._cut = 0
 
     def _require_inbox(self) -> Inbox:
         if self._inbox is None:
@@ -72,10 +67,6 @@ class Handle:
             yield message
             if message[0] in FINAL_TAGS:
                 return
-
-    def _finish(self) -> None:
-        if self._inbox is not None:
-            self._inbox.finish()
 
     def _end(self) -> None:  # pragma: no cover - every handle kind says how it ends
         raise NotImplementedError

@@ -14,7 +14,7 @@ snapshot) are typed ``Any`` here: the core never calls into them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from ._filters import NotificationFilter
 from ._jsonrpc import Frame
@@ -340,6 +340,12 @@ Effect = (
     | TaskStatusNoted
     | Stop
 )
+
+#: Effects performed once the thread that ran the input has let go of the session monitor:
+#: completing a future may run code that is not the library's (a done-callback), and no such
+#: code runs under a lock of the library. Every other effect is performed under the monitor,
+#: in order, by whichever thread ran the input (see ``exmcp_actors._runtime``).
+PERFORMED_AFTER_THE_LOCK: Final = frozenset({Settle})
 
 #: Messages for subscribers: per route (an inbox, or a proxy slot), in order.
 Outbox = dict[Any, list[Any]]

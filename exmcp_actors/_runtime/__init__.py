@@ -1,1 +1,85 @@
-"""_runtime."""
+"""The process model: which thread may touch what, and in which order it takes locks.
+
+This docstring is the one statement of the rule; every other mention points here.
+
+Threads and actors of one client
+--------------------------------
+- **host threads**: the application's own, calling the ``Client`` facade (``_api``).
+- **the client actor** (``_client_actor``): the mailbox for inputs nobody waits for.
+- **a reader thread** per open connection (``_transport``): turns bytes into frames.
+- **the refcount worker** (``_refcount_worker``): releases and resubscriptions.
+- **a subscriber proxy** per subscriber (``_subscriber_proxy``): ordered delivery to an
+  actor or a ``put()`` object; its stop hook reports the subscriber's end.
+- **short-lived threads**: a connector per open attempt, a resync per modern resync.
+- **host pools** (``_host_pool``): run the host's handlers and progress callbacks.
+- **the scheduler** (``_util/_scheduler``, one per process): timers and liveness polls.
+
+Who owns what
+-------------
+=============================  =====================================================
+state                          who may read or write it
+=============================  =====================================================
+the Session (every protocol    any thread, only while it holds the **session
+state: phase, pending          monitor** (``_monitor.SessionMonitor``), and only
+requests, entries, slots,      through session code and the effects of
+subscriptions, the index)      ``_effects.PERFORMERS``
+the listener index             written under the monitor *and* the lane's lock;
+                               read by a reader under the lane's lock alone
+``SharedState``                written under the monitor (``Shell.publish``), each
+                               field replaced whole; read by the facade without a lock
+the refcount book              under ``SharedBook.lock``; wire operations on it in
+                               ``SharedBook.serial`` (the client's wire turn)
+a handle's inbox and bound     queued by whoever delivers (under the monitor or the
+                               lane's lock), read by the host; cut levels only rise
+the transport                  ``send``/``cancel_stream`` by a monitor holder;
+                               ``open``/``close`` by a connector or the shutdown,
+                               under ``Shell.transport_lock``
+=============================  =====================================================
+
+How a thread feeds the session
+------------------------------
+Every thread does it the same way: take the monitor, run one input, perform what it
+produced, let go (``SessionMonitor.run``/``turn``). A host thread runs its own commands
+(requests, cancellations, roots, log level, registrations and removals, listens); the
+client actor runs what reaches its mailbox; a reader runs only the answer to a host's
+request, and only if the monitor is free at that instant (``try_answer``): everything else a
+reader cannot deliver itself goes to the actor. The effects performed under the monitor are
+short and never block (queue a frame, arm a timer, start a thread or an actor, tell an actor);
+those listed in ``_protocol._events.PERFORMED_AFTER_THE_LOCK`` (completing a host's future)
+are performed after it is let go.
+
+Order
+-----
+A host thread's command has put its frames on the transport before it returns, and each
+transport sends in the order it is given: **what one thread asks for reaches the wire in the
+order it asked**. A subscriber receives its messages in wire order: the lane delivers on the
+reader only while nothing of the same connection waits for the actor.
+
+No host code under a lock
+-------------------------
+``put()``, ``tell()`` to the host's actors, handlers, progress callbacks and future
+callbacks never run under a lock of the library: ``put()`` and ``tell()`` run on the
+subscriber's proxy, handlers and callbacks on the host pools, and futures are completed after
+the monitor is let go (a reader completes them after it lets go of the lane's lock too). A
+delivery that finds a proxy stopped starts its successor (``Shell.replace_proxy``) rather
+than calling ``put()`` itself. So host code may call back into the client from anywhere.
+
+Lock order
+----------
+A thread holding a lock may take only those below it, never one above::
+
+    SharedBook.serial        the wire turn: held across a subscribe's or release's wait for
+                             its answer, with no other lock of this list held
+    session monitor          SessionMonitor.lock (never held while waiting for I/O or a reply)
+    delivery lane            DeliveryLane._lock (re-entrant; a reader takes it first and only
+                             *tries* the monitor, so the two cannot deadlock)
+    leaves                   SharedBook.lock, Shell._proxy_lock, LivenessWatcher._lock, the
+                             scheduler's, a transport's writer queue, host pool queues: none
+                             takes another lock of the library or runs host code
+
+``Shell.transport_lock`` stands apart: a connector holds it while it opens the transport
+(blocking I/O) and takes nothing else; the shutdown takes it after letting go of the monitor.
+A thread that holds the monitor and asks for it again gets ``_monitor.Reentered`` (a bug of
+the library), never a hang; an input raised inside a delivery (a bound's overflow) is run
+before the monitor is let go (``SessionMonitor.defer``).
+"""

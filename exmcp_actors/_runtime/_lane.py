@@ -10,12 +10,10 @@ modern events, anything while the lane is shut) goes to the client actor as
 before, and from then on so does every later frame, until the actor has
 handled them: the wire order a subscriber sees never changes.
 
-The client actor's thread is the only writer of the index: the session it runs
-is handed this lane as its index, so every ``add`` and ``remove`` takes the
-lane's lock, and the actor opens or shuts the lane under the same lock; the
-reader delivers under it too. So a listener removed by the session is never
-delivered to afterwards, and the closing messages the actor sends after
-shutting the lane come after everything the reader delivered.
+The session's index is changed only under the lane's lock, and the lane is opened or
+shut under it too, so a listener the session removed is never delivered to afterwards,
+and the closing messages that follow a shut lane come after everything the reader
+delivered. Where this lock stands in the lock order: ``exmcp_actors._runtime``.
 """
 
 from __future__ import annotations
@@ -30,22 +28,31 @@ import pykka
 
 from .._delivery._bound import admit_to_proxy
 from .._delivery._inbox import Inbox, land
-from .._protocol._events import Outbox
+from .._protocol._events import Outbox, Settle
 from .._protocol._filters import NotificationFilter
 from .._protocol._index import ListenerIndex, dispatch, for_a_subscription, notification_parts
 from .._protocol._jsonrpc import Frame
-from ._subscriber_proxy import Deliver, deliver
+from ._monitor import settle_all
+from ._subscriber_proxy import Deliver
+
+#: ``replace(slot, stopped_ref) -> ref or None``: the successor of a proxy found stopped.
+Replace = Callable[[Any, Any], Any]
 
 #: Releases the GIL and the CPU for a moment (one syscall).
 _yield_gil: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
 
-def _never(frame: Frame) -> bool:
+def _never(frame: Frame, settles: list[Settle]) -> bool:
     return False
 
 
-def flush(out: Outbox) -> None:
-    """Deliver what a handler produced: one batch per route, in order."""
+def _no_successor(slot: Any, stopped: Any) -> Any:
+    return None
+
+
+def flush(out: Outbox, replace: Replace) -> None:
+    """Deliver what a handler produced: one batch per route, in order. Never runs host code:
+    an inbox only queues, and a proxy is only told (it calls ``put()`` on its own thread)."""
     for route, queued in out.items():
         if type(route) is Inbox:
             land(route, queued)
@@ -53,61 +60,81 @@ def flush(out: Outbox) -> None:
         messages = admit_to_proxy(queued)
         if not messages:
             continue
+        ref = route.ref
         try:
-            route.ref.tell(Deliver(messages))
+            ref.tell(Deliver(messages))
         except pykka.ActorDeadError:
-            # Stopped from outside, its replacement not started yet (or the client is
-            # shutting down): deliver from here rather than lose a closing message.
-            deliver(route.subscriber.target, messages)
+            # Stopped from outside (not by its subscriber's death, which removes the route):
+            # its successor takes the batch, so a closing message is not lost.
+            successor = replace(route, ref)
+            try:
+                if successor is not None:
+                    successor.tell(Deliver(messages))
+            except pykka.ActorDeadError:
+                pass  # the client is going down with its subscribers: nobody left to deliver to
     out.clear()
 
 
 class DeliveryLane:
     """Shared by the client actor and its connections' reader threads. See the module docstring."""
 
-    __slots__ = ("_backlog", "_lock", "_open_for", "answer", "index", "reached")
+    __slots__ = ("_backlog", "_lock", "_open_for", "answer", "index", "reached", "replace")
 
     def __init__(self, index: ListenerIndex[Any]) -> None:
         self.index = index
-        #: The session's lookups need no lock: they run on the actor's thread, the only writer.
+        #: The session's lookups need no lock: they run under the session monitor, as every write does.
         self.reached = index.reached
-        self._lock = threading.Lock()
+        #: Re-entrant: a reader holding it may take the session monitor to settle an answer, and
+        #: what that performs may open or shut the lane (the same thread, taking it again).
+        self._lock = threading.RLock()
         #: The connection generation the reader may deliver for; None: the lane is shut.
         self._open_for: int | None = None
         #: Frame batches handed to the actor and not handled yet.
         self._backlog = 0
-        #: ``answer(frame) -> bool``: settles a host's request here if it can (see ``_door``).
-        self.answer: Callable[[Frame], bool] = _never
+        #: ``answer(frame, settles) -> bool``: takes a host's answer here if it can (``SessionMonitor.try_answer``).
+        self.answer: Callable[[Frame, list[Settle]], bool] = _never
+        #: Starts the successor of a proxy found stopped (``Shell.replace_proxy``).
+        self.replace: Replace = _no_successor
 
     # -- the reader's side -----------------------------------------------------------------
 
     def take(self, generation: int, frames: list[Frame], forward: Callable[[list[Frame]], None]) -> None:
         """Deliver what the reader may deliver itself; ``forward`` the rest to the actor, in order."""
-        with self._lock:
-            if self._backlog or generation != self._open_for:
-                self._forward(forward, frames)
+        settles: list[Settle] = []
+        try:
+            if not self._take(generation, frames, forward, settles):
                 return
-            out: Outbox = {}
-            index = self.index
-            answered = False
-            for position, frame in enumerate(frames):
-                parts = notification_parts(frame)
-                if parts is None or for_a_subscription(*parts):
-                    # Whatever comes next happens after what came before it was delivered.
-                    flush(out)
-                    if parts is None and type(frame) is dict and "method" not in frame and self.answer(frame):
-                        answered = True  # a host's answer, settled here: its caller wakes now
-                        continue
-                    self._forward(forward, frames[position:])
-                    return
-                dispatch(index, parts[0], parts[1], out)
-            if not out and not answered:
-                return
-            flush(out)
+        finally:
+            settle_all(settles)  # with no lock held: its caller wakes now
         # Hand the GIL to the subscriber just woken, now rather than when this thread next
         # blocks: measured at 1,000 msg/s over stdio, p99 226 -> 162 us and CPU 87 -> 73 us
         # per message. Once per read, so a flood of large reads does not notice it.
         _yield_gil()
+
+    def _take(
+        self, generation: int, frames: list[Frame], forward: Callable[[list[Frame]], None], settles: list[Settle]
+    ) -> bool:
+        """The lane's part of :meth:`take`, under its lock; True if it woke anyone."""
+        with self._lock:
+            if self._backlog or generation != self._open_for:
+                self._forward(forward, frames)
+                return False
+            out: Outbox = {}
+            index, replace = self.index, self.replace
+            for position, frame in enumerate(frames):
+                parts = notification_parts(frame)
+                if parts is None or for_a_subscription(*parts):
+                    # Whatever comes next happens after what came before it was delivered.
+                    flush(out, replace)
+                    if parts is None and type(frame) is dict and "method" not in frame and self.answer(frame, settles):
+                        continue  # a host's answer, taken here
+                    self._forward(forward, frames[position:])
+                    return False
+                dispatch(index, parts[0], parts[1], out)
+            if not out:
+                return bool(settles)
+            flush(out, replace)
+            return True
 
     def _forward(self, forward: Callable[[list[Frame]], None], frames: list[Frame]) -> None:
         self._backlog += 1

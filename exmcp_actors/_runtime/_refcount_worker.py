@@ -10,7 +10,7 @@ the wire, so those run one at a time, in the order they take it.
 The worker runs releases and resubscriptions under ``serial``. A registration
 that must subscribe runs its acquisition on the registering host's own thread,
 under the same ``serial`` (:func:`acquire_uris`): the host waits for it anyway,
-and asking the worker cost two thread hand-offs more (issue 14). A registration
+and asking the worker would cost two thread hand-offs more. A registration
 on URIs that are all held already, and a removal that leaves every URI of its
 listener still held, need no wire call: they change the counts under ``lock``
 alone and wait for nobody. While a wire call is in flight for a URI its count
@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pykka
 
@@ -39,16 +39,18 @@ logger = logging.getLogger("exmcp_actors")
 RESUBSCRIBE_TIMEOUT = 30.0
 
 
-class Wire(Protocol):
-    """The client's requests, as the worker uses them (see ``_calls.ServerCalls``)."""
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """The client's requests, as the worker makes them (the facade's, like any host request)."""
 
-    _request_timeout: float
-
-    def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
-
-    def _send_request(self, method: str, params: dict[str, Any] | None) -> Any: ...
-
-    def _await_request(self, pending: Any, wait: float) -> Any: ...
+    #: ``request(method, params) -> result``: send and wait; raises the library's errors.
+    request: Callable[[str, dict[str, Any]], Any]
+    #: ``send(method, params) -> pending``: send without waiting.
+    send: Callable[[str, dict[str, Any] | None], Any]
+    #: ``await_answer(pending, seconds) -> result``: wait for a sent request.
+    await_answer: Callable[[Any, float], Any]
+    #: Seconds a request may take when nothing else bounds it.
+    timeout: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ class Unanswered:
     URI by then: a server subscription never outlives every holder."""
 
     uri: str
-    #: The request, as ``Wire._send_request`` returned it.
+    #: The request, as ``Wire.send`` returned it.
     pending: Any
 
 
@@ -210,7 +212,7 @@ class RefcountWorker(pykka.ThreadingActor):
 
     def _settle_unanswered(self, message: Unanswered) -> None:
         try:
-            self._wire._await_request(message.pending, self._wire._request_timeout)
+            self._wire.await_answer(message.pending, self._wire.timeout)
         except Error as error:
             logger.info("resources/subscribe %s, given up on by its registration: %s", message.uri, error)
             return
@@ -230,13 +232,13 @@ class RefcountWorker(pykka.ThreadingActor):
         sent: list[tuple[str, Any]] = []
         for uri in held:
             try:
-                sent.append((uri, wire._send_request("resources/subscribe", {"uri": uri})))
+                sent.append((uri, wire.send("resources/subscribe", {"uri": uri})))
             except Error as error:
                 failed[uri] = error_term(error)
         deadline = time.monotonic() + timeout
         for uri, pending in sent:
             try:
-                wire._await_request(pending, deadline - time.monotonic())
+                wire.await_answer(pending, deadline - time.monotonic())
             except Error as error:
                 failed[uri] = error_term(error)
             else:

@@ -1,4 +1,4 @@
-"""Subscribers: who receives a handle's messages, and whose death removes it.
+"""Subscriber proxies: ordered delivery to a subscriber, and the death that removes it.
 
 One :class:`SubscriberProxy` actor per subscriber serializes delivery to it
 (so its messages keep wire order) and, when it stops for any reason, tells
@@ -15,63 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import pykka
 
-from .._delivery._bound import handed_over
-from .._delivery._inbox import Inbox, land
-from .._protocol._messages import FINAL_TAGS
+from .._delivery._targets import deliver
 from .._util._scheduler import TimerSlot
 
 logger = logging.getLogger("exmcp_actors")
 
 #: How often the liveness watcher looks at subscribers (seconds).
 LIVENESS_INTERVAL = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class Subscriber:
-    """A resolved ``subscriber=`` argument.
-
-    Attributes:
-        key: identity shared by every handle of the same subscriber.
-        target: what the handle's messages are delivered to (None: the handle's own inbox).
-        alive: the liveness check (always true for ``put()`` objects).
-        watched: whether the liveness watcher must poll it.
-        owner: the original object, for ``handle.subscriber``.
-    """
-
-    key: Any
-    target: Any
-    alive: Callable[[], bool]
-    watched: bool
-    owner: Any
-
-
-def _always_alive() -> bool:
-    return True
-
-
-def resolve_subscriber(subscriber: Any) -> Subscriber:
-    """Turn the host's ``subscriber=`` argument into a :class:`Subscriber`.
-
-    Raises:
-        TypeError: the argument is none of the accepted kinds.
-    """
-    if subscriber is None:
-        subscriber = threading.current_thread()
-    if isinstance(subscriber, threading.Thread):
-        return Subscriber(("thread", id(subscriber)), None, subscriber.is_alive, True, subscriber)
-    if isinstance(subscriber, pykka.ActorRef):
-        return Subscriber(("actor", subscriber.actor_urn), subscriber, subscriber.is_alive, True, subscriber)
-    put = getattr(subscriber, "put", None)
-    if callable(put) and not isinstance(subscriber, type):  # a class (queue.Queue) is not a mailbox
-        return Subscriber(("put", id(subscriber)), PutTarget(subscriber), _always_alive, False, subscriber)
-    raise TypeError(
-        "subscriber must be None (the calling thread), a threading.Thread, a pykka.ActorRef "
-        f"or an object with a put() method, got {type(subscriber).__name__}"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,75 +48,6 @@ class SubscriberDown:
     proxy_urn: str
     #: True: the subscriber died (the proxy saw it). False: the proxy was stopped by someone.
     died: bool = True
-
-
-#: ``handle._cut`` levels: what may still start being delivered to a handle's subscriber.
-LIVE: Final = 0
-#: Only its closing message (cancel(), disconnect(): the backlog is dropped).
-FINAL_ONLY: Final = 1
-#: Nothing (unsubscribe(), a dead subscriber, a disconnect() that has returned).
-CUT: Final = 2
-
-
-def cut(handle: Any, level: int) -> None:
-    """Stop new deliveries to ``handle`` from ``level`` on (levels only rise)."""
-    if getattr(handle, "_cut", LIVE) < level:
-        handle._cut = level
-
-
-def _stopped(message: Any) -> bool:
-    """Whether ``message`` must not start being delivered any more (see :func:`cut`)."""
-    level: int = getattr(message[1], "_cut", LIVE)
-    return level == CUT or (level == FINAL_ONLY and message[0] not in FINAL_TAGS)
-
-
-class PutTarget:
-    """A ``put()`` subscriber. After its ``put()`` raised once it is never called again:
-    the failure is logged once and its handles are removed (see :class:`SubscriberProxy`)."""
-
-    __slots__ = ("failed", "obj")
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-        self.failed = False
-
-    def deliver(self, messages: list[Any]) -> bool:
-        """Put each message still wanted, in order; False once ``put()`` has raised."""
-        if self.failed:
-            return False
-        put = self.obj.put
-        for message in messages:
-            handed_over(message)
-            if _stopped(message):
-                continue
-            try:
-                put(message)
-            except Exception:  # the host's code: it must not reach a library thread
-                self.failed = True
-                logger.exception(
-                    "subscriber %r raised from put(); its listeners are removed and it gets nothing more",
-                    self.obj,
-                )
-                return False
-        return True
-
-
-def deliver(target: Any, messages: list[Any]) -> bool:
-    """Deliver to an actor (``tell``), a ``put()`` object or an inbox, in order, skipping
-    what was cut meanwhile; False if the subscriber is dead or its ``put()`` raised."""
-    if isinstance(target, Inbox):
-        land(target, messages)
-        return True
-    if isinstance(target, PutTarget):
-        return target.deliver(messages)
-    try:
-        for message in messages:
-            handed_over(message)
-            if not _stopped(message):
-                target.tell(message)
-    except pykka.ActorDeadError:
-        return False
-    return True
 
 
 class SubscriberProxy(pykka.ThreadingActor):

@@ -346,7 +346,7 @@ class QueueWriter:
 
     With ``write_now(data) -> bytes written``, a write that cannot block, ``put``
     writes on the caller's thread when nothing is queued or being written: a
-    request at a low rate then wakes no writer thread (issue 14). The order of
+    request at a low rate then wakes no writer thread. The order of
     the bytes is the order of the ``put`` calls either way.
     """
 

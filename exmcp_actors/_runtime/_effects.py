@@ -1,0 +1,279 @@
+"""What the session asks for, carried out: one performer per effect type (:data:`PERFORMERS`).
+
+Every performer here is short and never blocks: a send queues a frame on the transport, a
+timer is armed on the shared scheduler, a thread or an actor is started, an actor is told.
+None runs code of the host. So any thread that holds the session monitor may perform them
+(the rule: ``exmcp_actors._runtime``); the effects in ``PERFORMED_AFTER_THE_LOCK`` (settling a
+host's future) are collected instead and performed once the monitor is let go.
+
+After the effects of one input come its deliveries (:func:`~._lane.flush`), then the proxies
+retired by it are stopped (so their last messages go first), then the delivery lane is opened
+again if the client is settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from .._delivery._targets import Subscriber
+from .._protocol import _events as ev
+from .._protocol._errors import TransportError, error_term
+from .._protocol._filters import NotificationFilter
+from .._protocol._registry import ProxySlot as Slot
+from .._protocol._session import Session, SessionConfig
+from .._protocol._state import Phase
+from .._transport._base import FrameSink, Transport
+from .._util._scheduler import TimerHandle, call_later
+from ._host_pool import HostRuntime
+from ._lane import DeliveryLane, flush
+from ._shared import SharedState
+from ._subscriber_proxy import LivenessWatcher, SubscriberProxy
+
+logger = logging.getLogger("exmcp_actors")
+
+#: Timers kept before fired ones are forgotten (so the set stays small).
+_TIMER_SWEEP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    transport: Transport
+    connect_timeout: float
+    session: SessionConfig
+    #: Runs the host's handlers and callbacks (off the library's locks and actors).
+    host: HostRuntime | None = None
+
+
+class Shell:
+    """The effects of one client's session, for whichever thread holds its monitor.
+
+    It owns the transport, the connector thread, the timers, the proxies' starting and
+    stopping, and the published :class:`SharedState`.
+    """
+
+    def __init__(self, config: Config, shared: SharedState, lane: DeliveryLane, name: str) -> None:
+        self.config = config
+        self.transport = config.transport
+        self.shared = shared
+        self.lane = lane
+        self.name = name
+        self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
+        self.worker: pykka.ActorRef[Any] | None = None
+        self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
+        #: Why the client is stopping (a Stop effect, or a host's disconnect()).
+        self.closing_reason: Any = None
+        #: Set when the client begins shutting down: nothing is opened again after it.
+        self.stopping = threading.Event()
+        #: Held by a connector thread while it opens the transport, and by the shutdown.
+        self.transport_lock = threading.Lock()
+        self.connector: threading.Thread | None = None
+        #: Armed on the process-wide scheduler; cancelled at shutdown.
+        self.timers: set[TimerHandle] = set()
+        self._retiring: list[Slot] = []
+        self._proxy_lock = threading.Lock()
+        self._actor: pykka.ActorRef[Any] | None = None
+        self._sink: Callable[[int], FrameSink] | None = None
+
+    def attach(self, actor: pykka.ActorRef[Any], sink: Callable[[int], FrameSink]) -> None:
+        """The client actor, which timers, connectors and proxies report to, and how to make
+        the sink of one connection generation."""
+        self._actor = actor
+        self._sink = sink
+
+    def tell_actor(self, message: Any) -> None:
+        """Hand an input to the client actor's mailbox (a stopped actor takes nothing)."""
+        if self._actor is None:
+            return
+        try:
+            self._actor.tell(message)
+        except pykka.ActorDeadError:
+            pass
+
+    # -- the loop the monitor runs ---------------------------------------------------------
+
+    def perform(self, session: Session, settles: list[ev.Settle]) -> None:
+        """Carry out what the session queued, in order; then deliver; then settle the lane."""
+        published = False
+        while True:
+            todo, out = session.effects.take()
+            if not todo and not out:
+                break
+            if session.lane_generation is None:
+                self.lane.open_for(None)  # nothing the reader delivers may pass what follows
+            for effect in todo:
+                if type(effect) in ev.PERFORMED_AFTER_THE_LOCK:
+                    settles.append(effect)  # type: ignore[arg-type]
+                else:
+                    PERFORMERS[type(effect)](self, session, effect)
+            self.publish(session)  # before the flush: a host woken by a message sees the status behind it
+            published = True
+            flush(out, self.replace_proxy)
+        if not published:
+            self.publish(session)  # a move with no effect (a close with nothing open) is published too
+        retiring, self._retiring = self._retiring, []
+        for slot in retiring:  # only after the flush: their last messages go first
+            slot.ref.stop(block=False)
+        # Opened after, never before, the messages that settle the client (Reconnected,
+        # released held notifications).
+        self.lane.open_for(None if self.stopping.is_set() else session.lane_generation)
+
+    def publish(self, session: Session) -> None:
+        life, shared = session.life, self.shared
+        shared.generation = life.generation
+        negotiated = life.negotiated
+        if negotiated is not None:
+            shared.era = negotiated.era
+            shared.protocol_version = negotiated.protocol_version
+            shared.server_info = negotiated.server_info
+            shared.server_capabilities = negotiated.capabilities
+            shared.instructions = negotiated.instructions
+        if life.connect_error is not None:
+            shared.connect_error = life.connect_error
+        shared.status = life.connection.status
+        # connect() waits for this: the first READY, or the end (its error is set by then).
+        if not shared.ready.is_set() and (life.connection.was_ready or life.connection.phase is Phase.CLOSED):
+            shared.ready.set()
+
+    # -- proxies ---------------------------------------------------------------------------
+
+    def start_proxy(self, subscriber: Subscriber) -> pykka.ActorRef[Any]:
+        assert self._actor is not None
+        ref = SubscriberProxy.start(subscriber.key, subscriber.target, self._actor, self.shared.adopt_current_thread)
+        if subscriber.watched:
+            self.watcher.watch(subscriber.key, subscriber.alive, ref)
+        return ref
+
+    def replace_proxy(self, slot: Slot, stopped: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+        """A slot's proxy found stopped from outside (not by its subscriber's death): start its
+        successor, once, whichever thread finds it first (a reader or a monitor holder)."""
+        with self._proxy_lock:
+            if slot.ref is stopped:
+                logger.info("%s: subscriber proxy %s was stopped from outside; starting a new one", self.name, slot.key)
+                slot.ref = self.start_proxy(slot.subscriber)
+            ref: pykka.ActorRef[Any] = slot.ref
+            return ref
+
+    # -- the performers --------------------------------------------------------------------
+
+    def _send(self, session: Session, effect: ev.Send) -> None:
+        try:
+            self.transport.send(effect.message)
+        except TransportError as error:
+            logger.warning("%s: send failed: %s", self.name, error)
+            if effect.request_id is not None:
+                session.handle(ev.SendFailed(effect.request_id))  # its effects join this loop
+
+    def _cancel_on_wire(self, session: Session, effect: ev.CancelOnWire) -> None:
+        if not self.transport.cancel_stream(effect.request_id):
+            self._send(session, ev.Send(effect.notice))
+
+    def _open_transport(self, session: Session, effect: ev.OpenTransport) -> None:
+        self.connector = threading.Thread(
+            target=self._connect_attempt,
+            args=(effect.generation, effect.delay),
+            name=f"exmcp-connect-{self.name}",
+            daemon=True,
+        )
+        self.connector.start()
+        self.shared.adopt(self.connector)
+
+    def _connect_attempt(self, generation: int, delay: float) -> None:
+        """Connector thread: close what is left of the last connection, wait, open anew."""
+        if delay > 0 and self.stopping.wait(delay):
+            return
+        assert self._sink is not None
+        with self.transport_lock:
+            if self.stopping.is_set():
+                return
+            try:
+                self.transport.close()
+                self.transport.open(self._sink(generation), timeout=self.config.connect_timeout)
+            except BaseException as error:  # report every failure: the session decides what follows
+                self.tell_actor(ev.OpenFailed(generation, error))
+                return
+            if self.stopping.is_set():
+                self.transport.close()
+                return
+        self.tell_actor(ev.Opened(generation))
+
+    def _arm_timer(self, session: Session, effect: ev.ArmTimer) -> None:
+        if len(self.timers) >= _TIMER_SWEEP:
+            self.timers = {t for t in self.timers if not t.done}
+        self.timers.add(call_later(effect.delay, self.tell_actor, effect.event))
+
+    def _to_worker(self, session: Session, effect: ev.ToWorker) -> None:
+        if self.worker is not None:
+            try:
+                self.worker.tell(effect.message)
+            except pykka.ActorDeadError:
+                pass  # the worker stopped: the client is going down, and its session with it
+
+    def _start_proxy(self, session: Session, effect: ev.StartProxy) -> None:
+        effect.slot.ref = self.start_proxy(effect.slot.subscriber)
+
+    def _retire_proxy(self, session: Session, effect: ev.RetireProxy) -> None:
+        self.watcher.unwatch(effect.slot.key)
+        self._retiring.append(effect.slot)
+
+    def _transport_negotiated(self, session: Session, effect: ev.TransportNegotiated) -> None:
+        try:
+            self.transport.negotiated(effect.protocol_version, effect.era)
+        except Exception:
+            logger.exception("%s: transport rejected the negotiated version", self.name)
+
+    def _fetch(self, session: Session, effect: ev.FetchSnapshot) -> None:
+        thread = threading.Thread(target=self._run_fetch, args=(effect,), name=f"exmcp-resync-{self.name}", daemon=True)
+        thread.start()
+        self.shared.adopt(thread)
+
+    def _run_fetch(self, effect: ev.FetchSnapshot) -> None:
+        """Resync thread: refetch the snapshot (host-style requests), report to the actor."""
+        fetch = self.fetch_snapshot
+        assert fetch is not None
+        try:
+            snapshot = fetch(effect.acknowledged)
+        except BaseException as error:  # reported to the subscriber as ("failed", reason)
+            self.tell_actor(ev.ResyncDone(effect.handle_id, effect.listen_id, None, error_term(error)))
+        else:
+            self.tell_actor(ev.ResyncDone(effect.handle_id, effect.listen_id, snapshot))
+
+    def _run_host_handler(self, session: Session, effect: ev.RunHostHandler) -> None:
+        assert self.config.host is not None  # the session asks only for handlers the host gave
+        self.config.host.run(effect, self.tell_actor)
+
+    def _progress(self, session: Session, effect: ev.ProgressNoted) -> None:
+        if self.config.host is not None:
+            self.config.host.progress(effect)
+
+    def _task_status(self, session: Session, effect: ev.TaskStatusNoted) -> None:
+        if self.config.host is not None:
+            self.config.host.task_status(effect)
+
+    def _stop_client(self, session: Session, effect: ev.Stop) -> None:
+        self.closing_reason = effect.reason
+        if self._actor is not None:
+            self._actor.stop(block=False)
+
+
+#: Effect type -> its performer; every effect type but those performed after the lock.
+PERFORMERS: dict[type, Callable[[Shell, Session, Any], None]] = {
+    ev.Send: Shell._send,
+    ev.CancelOnWire: Shell._cancel_on_wire,
+    ev.OpenTransport: Shell._open_transport,
+    ev.ArmTimer: Shell._arm_timer,
+    ev.ToWorker: Shell._to_worker,
+    ev.StartProxy: Shell._start_proxy,
+    ev.RetireProxy: Shell._retire_proxy,
+    ev.TransportNegotiated: Shell._transport_negotiated,
+    ev.FetchSnapshot: Shell._fetch,
+    ev.RunHostHandler: Shell._run_host_handler,
+    ev.ProgressNoted: Shell._progress,
+    ev.TaskStatusNoted: Shell._task_status,
+    ev.Stop: Shell._stop_client,
+}

@@ -1,0 +1,44 @@
+"""What the host's facade reads without entering the session: published after each input."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._monitor import SessionMonitor
+
+
+@dataclass
+class SharedState:
+    """Written by whichever thread holds the session monitor (``Shell.publish``), read by the
+    facade from any thread without a lock: each field is replaced whole, never changed in place."""
+
+    status: str = "connecting"
+    era: str | None = None
+    protocol_version: str | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
+    server_capabilities: dict[str, Any] = field(default_factory=dict)
+    instructions: str | None = None
+    generation: int = 0
+    ready: threading.Event = field(default_factory=threading.Event)
+    connect_error: BaseException | None = None
+    #: Set when the client actor has finished shutting down (pykka's actor_stopped comes earlier).
+    finished: threading.Event = field(default_factory=threading.Event)
+    #: Threads the client started, so disconnect() can wait for all of them.
+    children: list[threading.Thread] = field(default_factory=list)
+    children_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The handles a host's disconnect() closed: nothing new reaches them once it returns.
+    disconnected_handles: list[Any] = field(default_factory=list)
+    #: The one way into the session (set by the client actor as it is made).
+    monitor: SessionMonitor | None = None
+
+    def adopt(self, thread: threading.Thread) -> None:
+        """Remember a thread (forgetting finished ones) so disconnect() can join it."""
+        with self.children_lock:
+            self.children[:] = [t for t in self.children if t.is_alive()]
+            self.children.append(thread)
+
+    def adopt_current_thread(self) -> None:
+        self.adopt(threading.current_thread())
