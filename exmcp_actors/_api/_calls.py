@@ -7,7 +7,6 @@ client's actor reference, request ids, default timeout and era.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,6 +22,7 @@ from .._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extensi
 from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._host_pool import HostRuntime
 from .._runtime._monitor import Reply
+from .._util._checks import check_timeout
 from ._task import Task
 
 if TYPE_CHECKING:
@@ -35,17 +35,6 @@ MAX_INPUT_ROUNDS = 10
 #: How long a finished call waits for its progress callback to take what already arrived.
 PROGRESS_DRAIN_WAIT = 5.0
 _progress_tokens = itertools.count(1)
-
-
-def check_timeout(name: str, value: Any) -> float:
-    """``value`` as seconds: a TypeError naming ``name`` unless a number, a ValueError
-    unless positive and finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
-    # NaN and infinity are refused too: every wait here must end.
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
 
 
 class PendingRequest(NamedTuple):

@@ -12,18 +12,28 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
 from .._protocol._filters import TASK_STATUS
 from .._protocol._host_checks import TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
 from .._protocol._messages import NOTIFICATION, Notification
+from .._util._checks import check_timeout
 
 if TYPE_CHECKING:
-    from ._calls import ServerCalls
+    from .._runtime._host_pool import HostRuntime
 
 _END = object()
+
+
+class TaskClient(Protocol):
+    """What a task uses of its client: raw requests, and the host runtime that tracks task handles."""
+
+    @property
+    def _host(self) -> HostRuntime: ...
+
+    def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
 
 
 class Task:
@@ -33,7 +43,7 @@ class Task:
         task_id: the server's id for it.
     """
 
-    def __init__(self, client: ServerCalls, task: dict[str, Any]) -> None:
+    def __init__(self, client: TaskClient, task: dict[str, Any]) -> None:
         task_id = task.get("taskId")
         if not isinstance(task_id, str) or not task_id:
             raise ProtocolError(f"the server's CreateTaskResult has no taskId string: {task!r}")
@@ -96,8 +106,6 @@ class Task:
             RequestError: the task failed (or the server answered ``tasks/result`` with an error).
             RequestTimeout: not terminal within ``timeout`` seconds (None: wait as long as it takes).
         """
-        from ._calls import check_timeout
-
         deadline = None if timeout is None else time.monotonic() + check_timeout("timeout", timeout)
         while True:
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.001)
