@@ -121,7 +121,7 @@ class DemoServer:
     def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes], interval: float) -> None:
         """Serve one client on these pipes until stdin ends."""
         ended = threading.Event()
-        conn = self.fake._registry.open(self.fake, {}, _StdoutEndpoint(stdout, ended))
+        conn = self.fake._registry.open({}, _StdoutEndpoint(stdout, ended))
         assert conn is not None
         ticker = threading.Thread(target=self._tick_until, args=(ended, interval), name="demo-ticker", daemon=True)
         ticker.start()

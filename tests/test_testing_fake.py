@@ -680,8 +680,9 @@ def test_a_hanging_open_times_out_and_accept_releases_one(server: FakeServer) ->
 
     thread = threading.Thread(target=open_slowly)
     thread.start()
-    with server._changed:  # wait until the second attempt is hanging
-        assert server._changed.wait_for(lambda: server.open_attempts == 2, TIMEOUT)
+    changed = server._shared.changed
+    with changed:  # wait until the second attempt is hanging
+        assert changed.wait_for(lambda: server.open_attempts == 2, TIMEOUT)
     assert not opened.is_set()
     server.accept()
     thread.join(TIMEOUT)

@@ -50,28 +50,30 @@ WebSocket). ``send()`` on the client side only queues, so it never waits for a
 handler. All threads are named ``exmcp-fake-...`` and :meth:`FakeServer.close`
 joins them.
 
-Layout (private modules, one job each): ``_server`` (:class:`FakeServer`),
-``_connection`` (:class:`FakeConnection`), ``_inbound`` and ``_delivery`` (a
-connection's handler and delivery threads), ``_transport``
+Layout (private modules, one job each, each importing only those below it):
+``_server`` (:class:`FakeServer`), ``_connection`` (:class:`FakeConnection`,
+:data:`Handler`), ``_inbound`` and ``_delivery`` (a connection's handler and
+delivery threads), ``_shared`` (what a server shares with its connections:
+its lock, the journal, closing and silence), ``_transport``
 (:class:`MemoryTransport`), ``_websocket`` (serving over a WebSocket),
-``_endpoints`` (the client side of a connection), ``_codec`` (the wire),
-``_protocol`` (versions, keys, codes, :class:`FakeError`, :data:`NO_REPLY`),
-``_script`` (which handler answers a method), ``_handshake`` and ``_catalog``
-(the built-in answers), ``_journal`` (what crossed the wire, and waits on it),
-``_gate`` (refusing opens), ``_ids`` (sets of request ids), and ``_process``
-(server child processes for the test suite and the benchmarks: the port they
-print, stopping them), ``_tasks`` (:class:`FakeTasks`: tool calls run as tasks
-the test completes or fails).
+``_endpoints`` (the client side of a
+connection), ``_codec`` (the wire), ``_protocol`` (versions, keys, codes,
+:class:`FakeError`, :data:`NO_REPLY`), ``_script`` (which handler answers a
+method, and answering with it), ``_handshake`` and ``_catalog`` (the built-in
+answers), ``_journal`` (what crossed the wire, and waits on it), ``_gate``
+(refusing opens), ``_ids`` (sets of request ids), and ``_process`` (server
+child processes for the test suite and the benchmarks: the port they print,
+stopping them), ``_tasks`` (:class:`FakeTasks`: tool calls run as tasks the
+test completes or fails).
 """
 
-from exmcp_actors.testing._connection import FakeConnection
+from exmcp_actors.testing._connection import FakeConnection, Handler
 from exmcp_actors.testing._protocol import (
     LEGACY_VERSIONS,
     MODERN_VERSION,
     NO_REPLY,
     SUBSCRIPTION_ID_KEY,
     FakeError,
-    Handler,
 )
 from exmcp_actors.testing._protocol import Era as Era
 from exmcp_actors.testing._protocol import ListKind as ListKind
