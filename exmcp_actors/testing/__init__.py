@@ -4,8 +4,9 @@
 handshake and the 2026-07-28 ``server/discover`` / ``subscriptions/listen``)
 to drive a client through its whole life, and lets a test script every answer,
 push anything (including malformed frames), and break the connection on cue.
-It is reached through an in-memory :class:`MemoryTransport` (no sockets) or,
-with :meth:`FakeServer.serve_websocket`, over a real WebSocket.
+It is reached through an in-memory :class:`MemoryTransport` (no sockets),
+with :meth:`FakeServer.serve_websocket` over a real WebSocket, or with
+:func:`serve_stdio` as a stdio server (a process's stdin and stdout).
 
 Example:
     A legacy peer, a listener, an update, then a dropped connection::
@@ -56,7 +57,7 @@ Layout (private modules, one job each, each importing only those below it):
 delivery threads), ``_shared`` (what a server shares with its connections:
 its lock, the journal, closing and silence), ``_transport``
 (:class:`MemoryTransport`), ``_websocket`` (serving over a WebSocket),
-``_endpoints`` (the client side of a
+``_stdio`` (:func:`serve_stdio`), ``_endpoints`` (the client side of a
 connection), ``_codec`` (the wire), ``_protocol`` (versions, keys, codes,
 :class:`FakeError`, :data:`NO_REPLY`), ``_script`` (which handler answers a
 method, and answering with it), ``_handshake`` and ``_catalog`` (the built-in
@@ -79,6 +80,7 @@ from exmcp_actors.testing._protocol import Era as Era
 from exmcp_actors.testing._protocol import ListKind as ListKind
 from exmcp_actors.testing._protocol import Probe as Probe
 from exmcp_actors.testing._server import FakeServer
+from exmcp_actors.testing._stdio import serve_stdio
 from exmcp_actors.testing._tasks import FakeTasks
 from exmcp_actors.testing._transport import MemoryTransport
 
@@ -93,4 +95,5 @@ __all__ = [
     "FakeTasks",
     "Handler",
     "MemoryTransport",
+    "serve_stdio",
 ]
