@@ -19,36 +19,12 @@ import threading
 import time
 from typing import IO, Any
 
-from .testing import FakeServer
-from .testing._codec import Wire
-from .testing._connection import FakeConnection
-from .testing._endpoints import Endpoint
+from .testing import FakeConnection, FakeServer, serve_stdio
 
 CLOCK = "demo://clock"
 COUNTER = "demo://counter"
 _TOOL_NAMES = ("add", "multiply", "shout", "reverse")
 _UPDATED = "notifications/resources/updated"
-
-
-class _StdoutEndpoint(Endpoint):
-    """The client at the other end of our stdout: one frame per line."""
-
-    def __init__(self, out: IO[bytes], ended: threading.Event) -> None:
-        self._out = out
-        self._ended = ended
-        self._lock = threading.Lock()
-
-    def deliver(self, frames: list[Wire]) -> None:
-        data = b"".join((f.encode() if isinstance(f, str) else f) + b"\n" for f in frames)
-        with self._lock:
-            try:
-                self._out.write(data)
-                self._out.flush()
-            except (OSError, ValueError):
-                self._ended.set()  # the client went away
-
-    def lose(self, reason: str, *, graceful: bool) -> None:
-        self._ended.set()
 
 
 class DemoServer:
@@ -95,7 +71,8 @@ class DemoServer:
         """Change the content, then tell every connected client."""
         self.ticks += 1
         self._set_content()
-        for conn in self.fake._registry.all():
+        for number in range(1, self.fake.connections + 1):
+            conn = self.fake.connection(number)
             if conn.closed:
                 continue
             if conn.era == "modern":
@@ -119,16 +96,12 @@ class DemoServer:
                     conn.event(_UPDATED, {"uri": uri}, subscription_id=listen_id)
 
     def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes], interval: float) -> None:
-        """Serve one client on these pipes until stdin ends."""
+        """Serve one client on these pipes until stdin ends, changing every ``interval`` seconds meanwhile."""
         ended = threading.Event()
-        conn = self.fake._registry.open(self.fake, {}, _StdoutEndpoint(stdout, ended))
-        assert conn is not None
         ticker = threading.Thread(target=self._tick_until, args=(ended, interval), name="demo-ticker", daemon=True)
         ticker.start()
         try:
-            for line in stdin:
-                if line.strip():
-                    conn._receive(line.decode("utf-8", "replace"))
+            serve_stdio(self.fake, stdin, stdout)
         finally:
             ended.set()
             self.fake.close()

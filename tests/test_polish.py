@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors._api._connect import make_transport, redact_url
+from exmcp_actors._api._connect import make_transport
+from exmcp_actors._util._redact import redact_url
 from exmcp_actors._version import installed_version
 from exmcp_actors.testing import FakeServer
 
@@ -77,7 +78,7 @@ def test_an_sse_url_is_refused_with_what_to_use() -> None:
     text = str(raised.value)
     assert "old HTTP+SSE transport" in text and "Streamable HTTP" in text and "secret" not in text
     assert raised.value.reason == "sse_transport_unsupported"
-    assert redact_url("https://u:p@h:8/a?x=1&y=2") == "https://h:8/a?x=...&y=..."
+    assert redact_url("https://u:p@h:8/a?x=1&y=2", query_names=True) == "https://h:8/a?x=...&y=..."
 
 
 def test_get_nowait() -> None:

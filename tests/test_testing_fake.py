@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import select
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +26,7 @@ from exmcp_actors.testing import (
     FakeError,
     FakeServer,
     MemoryTransport,
+    serve_stdio,
 )
 
 TIMEOUT = 5.0
@@ -680,8 +683,9 @@ def test_a_hanging_open_times_out_and_accept_releases_one(server: FakeServer) ->
 
     thread = threading.Thread(target=open_slowly)
     thread.start()
-    with server._changed:  # wait until the second attempt is hanging
-        assert server._changed.wait_for(lambda: server.open_attempts == 2, TIMEOUT)
+    changed = server._shared.changed
+    with changed:  # wait until the second attempt is hanging
+        assert changed.wait_for(lambda: server.open_attempts == 2, TIMEOUT)
     assert not opened.is_set()
     server.accept()
     thread.join(TIMEOUT)
@@ -893,3 +897,28 @@ def test_websocket_server_close_closes_the_socket(server: FakeServer) -> None:
     finally:
         ws.close()
     assert server.connection().closed_by == "server"
+
+
+# ---------------------------------------------------------------- stdio
+
+
+def test_serve_stdio_answers_one_line_per_message_until_stdin_ends(server: FakeServer) -> None:
+    stdin_fd, to_server_fd = os.pipe()
+    from_server_fd, stdout_fd = os.pipe()
+    with (
+        open(stdin_fd, "rb") as stdin,
+        open(stdout_fd, "wb") as stdout,
+        open(to_server_fd, "wb", buffering=0) as to_server,
+        open(from_server_fd, "rb") as from_server,
+    ):
+        served: list[FakeConnection] = []
+        serving = threading.Thread(target=lambda: served.append(serve_stdio(server, stdin, stdout)))
+        serving.start()
+        to_server.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n\n')  # a blank line is no message
+        assert select.select([from_server], [], [], TIMEOUT)[0], "no answer on stdout"
+        assert json.loads(from_server.readline()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        to_server.close()
+        serving.join(TIMEOUT)
+    assert served == [server.connection()]
+    assert served[0].closed_by == "client"
+    assert [message for _, message in server.received] == [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]

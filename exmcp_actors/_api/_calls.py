@@ -9,7 +9,6 @@ one thread asks for reaches the wire in the order it asked.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,8 +22,9 @@ from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoot
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
 from .._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
 from .._protocol._jsonrpc import RequestBuilder
-from .._runtime._host_pool import HostRuntime
+from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
+from .._util._checks import check_timeout
 from .._util._reply import Reply
 from ._task import Task
 
@@ -41,17 +41,6 @@ COMMAND_WAIT = 10.0
 #: How long a finished call waits for its progress callback to take what already arrived.
 PROGRESS_DRAIN_WAIT = 5.0
 _progress_tokens = itertools.count(1)
-
-
-def check_timeout(name: str, value: Any) -> float:
-    """``value`` as seconds: a TypeError naming ``name`` unless a number, a ValueError
-    unless positive and finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
-    # NaN and infinity are refused too: every wait here must end.
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
 
 
 class PendingRequest(NamedTuple):
@@ -243,8 +232,8 @@ class ServerCalls:
         created = result.get("task") if isinstance(result, dict) else None
         if not isinstance(created, dict):
             raise ProtocolError(f"tools/call as a task returned no task object: {result!r}")
-        handle = Task(self, created)
-        self._host.adopt_task(handle)
+        handle = Task(self, created, self._host.tasks.pop)
+        self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
 
     def read_resource(self, uri: str, *, timeout: float | None = None) -> Any:

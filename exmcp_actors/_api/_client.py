@@ -38,7 +38,8 @@ from .._runtime._client_actor import Disconnect, InspectClient
 from .._runtime._host_pool import HostRuntime
 from .._runtime._refcount_worker import Inspect, SharedBook, Unanswered, acquire_uris
 from .._runtime._shared import SharedState
-from ._calls import ServerCalls, check_timeout
+from .._util._checks import check_timeout
+from ._calls import ServerCalls
 from ._catalog import CatalogCalls
 from ._handle import FilteredHandle, Handle
 from ._listener import Listener

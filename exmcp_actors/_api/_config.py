@@ -1,5 +1,8 @@
 """The ``mcpServers`` configuration desktop hosts use, parsed and checked, shared by :class:`Hub` and the CLI.
 
+Config is data: a :class:`ServerSpec` says what to run or where to point, and
+whoever connects turns it into a transport (``_connect.spec_transport``).
+
 The format::
 
     {"mcpServers": {
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._transport._base import Transport
+from .._util._redact import redact_url
 
 _TYPES = frozenset({"stdio", "http", "streamable-http", "streamableHttp", "ws", "websocket"})
 
@@ -39,22 +42,10 @@ class ServerSpec:
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
-    def transport(self) -> Transport:
-        """A fresh transport for this server."""
-        from ._connect import make_transport
-
-        if self.url is not None:
-            from ._connect import url_transport
-
-            return url_transport(self.url, self.headers)
-        return make_transport(list(self.command), env=self.env, cwd=self.cwd, name=self.name)
-
     def describe(self) -> str:
         """What it runs or where it points, without secrets (no env values, header values, argv)."""
         if self.url is not None:
-            from ._connect import redact_url
-
-            return redact_url(self.url)
+            return redact_url(self.url, query_names=True)
         return os.path.basename(self.command[0])
 
 

@@ -10,7 +10,7 @@ import itertools
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .._auth import OAuth
 from .._protocol._backoff import Backoff
@@ -25,9 +25,11 @@ from .._runtime._host_pool import HostRuntime
 from .._runtime._refcount_worker import RefcountWorker, SharedBook, Wire
 from .._runtime._shared import SharedState
 from .._transport._base import Transport
+from .._util._checks import check_timeout
+from .._util._redact import redact_url
 from .._version import installed_version
-from ._calls import check_timeout
 from ._client import Client
+from ._config import ServerSpec
 from ._shutdown import track
 
 #: What ``clientInfo`` says when the host gives none: the package and its installed version.
@@ -47,8 +49,9 @@ def url_transport(url: str, headers: Mapping[str, str] | None = None, auth: OAut
         return WebSocketTransport(url, dict(headers) if headers else None, auth=auth)
     if urlsplit(url).path.rstrip("/").endswith("/sse"):
         raise ConnectError(
-            f"{redact_url(url)} looks like the old HTTP+SSE transport (MCP 2024-11-05), which exmcp_actors does "
-            "not support: point it at the server's Streamable HTTP endpoint (often .../mcp) or use ws:// or stdio",
+            f"{redact_url(url, query_names=True)} looks like the old HTTP+SSE transport (MCP 2024-11-05), which "
+            "exmcp_actors does not support: point it at the server's Streamable HTTP endpoint (often .../mcp) "
+            "or use ws:// or stdio",
             reason="sse_transport_unsupported",
         )
     from .._transport.http import HttpTransport
@@ -56,14 +59,11 @@ def url_transport(url: str, headers: Mapping[str, str] | None = None, auth: OAut
     return HttpTransport(url, dict(headers) if headers else None, auth=auth)
 
 
-def redact_url(url: str) -> str:
-    """``url`` without credentials or query values, for messages and logs."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    query = "&".join(f"{name}=..." for name, _ in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+def spec_transport(spec: ServerSpec) -> Transport:
+    """A fresh transport for one server of an ``mcpServers`` config."""
+    if spec.url is not None:
+        return url_transport(spec.url, spec.headers)
+    return make_transport(list(spec.command), env=spec.env, cwd=spec.cwd, name=spec.name)
 
 
 def make_transport(
@@ -99,7 +99,8 @@ def make_transport(
                 f"pass its argv as a list, e.g. connect({shlex.split(transport)!r})"
             )
         raise ValueError(
-            f"unsupported URL scheme {scheme!r} in {redact_url(transport)!r}: use ws://, wss://, http:// or https://"
+            f"unsupported URL scheme {scheme!r} in {redact_url(transport, query_names=True)!r}: "
+            "use ws://, wss://, http:// or https://"
         )
     if isinstance(transport, Sequence) and transport and all(isinstance(a, str) for a in transport):
         from .._transport.stdio._process import StdioTransport

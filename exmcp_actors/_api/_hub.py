@@ -21,7 +21,7 @@ from .._protocol._errors import Error
 from ._catalog import Catalog
 from ._client import Client
 from ._config import ServerSpec, load_config
-from ._connect import connect
+from ._connect import connect, spec_transport
 from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.hub")
@@ -191,7 +191,7 @@ class Hub:
         errors: dict[str, BaseException] = {}
 
         def start(spec: ServerSpec) -> Client:
-            return connect(spec.transport(), name=spec.name, **connect_options)
+            return connect(spec_transport(spec), name=spec.name, **connect_options)
 
         pool = ThreadPoolExecutor(max_workers=min(16, len(specs)), thread_name_prefix="exmcp-hub-connect")
         futures = {name: pool.submit(start, spec) for name, spec in specs.items()}

@@ -11,19 +11,23 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
 from .._protocol._filters import TASK_STATUS
 from .._protocol._host_checks import TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
 from .._protocol._messages import NOTIFICATION, Notification
-
-if TYPE_CHECKING:
-    from ._calls import ServerCalls
+from .._util._checks import check_timeout
 
 _END = object()
+
+
+class TaskClient(Protocol):
+    """What a task uses of its client: raw requests."""
+
+    def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
 
 
 class Task:
@@ -33,7 +37,7 @@ class Task:
         task_id: the server's id for it.
     """
 
-    def __init__(self, client: ServerCalls, task: dict[str, Any]) -> None:
+    def __init__(self, client: TaskClient, task: dict[str, Any], forget: Callable[[str], None] | None = None) -> None:
         task_id = task.get("taskId")
         if not isinstance(task_id, str) or not task_id:
             raise ProtocolError(f"the server's CreateTaskResult has no taskId string: {task!r}")
@@ -43,6 +47,8 @@ class Task:
         self._info: dict[str, Any] = dict(task)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ended = threading.Event()
+        #: ``forget(task_id)``: the client stops routing statuses to this task once it ended.
+        self._forget = forget
 
     def __repr__(self) -> str:
         return f"<Task {self.task_id} {self.status}>"
@@ -69,7 +75,7 @@ class Task:
         return changed
 
     def _status_noted(self, params: dict[str, Any]) -> None:
-        """From the client actor's shell: a ``notifications/tasks/status`` for this task."""
+        """A ``notifications/tasks/status`` for this task (or a ``tasks/get`` answer)."""
         if self._noted(params):
             self._inbox.put(Notification(NOTIFICATION, self, TASK_STATUS, params))
         if params.get("status") in TERMINAL_TASK_STATES:
@@ -80,7 +86,8 @@ class Task:
         if not self._ended.is_set():
             self._ended.set()
             self._inbox.put(_END)
-            self._client._host.tasks.pop(self.task_id)
+            if self._forget is not None:
+                self._forget(self.task_id)
 
     def refresh(self, *, timeout: float | None = None) -> str:
         """``tasks/get``: the current status (also updates :attr:`status`)."""
@@ -96,8 +103,6 @@ class Task:
             RequestError: the task failed (or the server answered ``tasks/result`` with an error).
             RequestTimeout: not terminal within ``timeout`` seconds (None: wait as long as it takes).
         """
-        from ._calls import check_timeout
-
         deadline = None if timeout is None else time.monotonic() + check_timeout("timeout", timeout)
         while True:
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.001)

@@ -14,7 +14,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
@@ -115,6 +115,15 @@ class ProgressFeed:
         return self._drained.wait(timeout)
 
 
+class TaskFeed(NamedTuple):
+    """Where one task handle takes its statuses (the handle is the host's; these are its doors)."""
+
+    #: ``noted(params)``: a status for the task.
+    noted: Callable[[dict[str, Any]], None]
+    #: ``ended()``: no status can come any more (the client closed).
+    ended: Callable[[], None]
+
+
 class Book(Generic[T]):
     """A dict the actor reads and host threads write."""
 
@@ -161,7 +170,7 @@ class HostRuntime:
         #: The progress callbacks of calls in flight, by progress token.
         self.feeds: Book[ProgressFeed] = Book()
         #: Task handles not yet terminal, by task id.
-        self.tasks: Book[Any] = Book()
+        self.tasks: Book[TaskFeed] = Book()
         self._early: dict[str, list[dict[str, Any]]] = {}
         self._early_lock = threading.Lock()
 
@@ -217,26 +226,26 @@ class HostRuntime:
     def task_status(self, effect: TaskStatusNoted) -> None:
         params = effect.params
         with self._early_lock:
-            task = self.tasks.get(params["taskId"])
-            if task is None:
+            feed = self.tasks.get(params["taskId"])
+            if feed is None:
                 # A status may come before call_tool has made the task's handle: keep the latest of a few
                 # (only the latest, so a server repeating statuses costs nothing more).
                 self._early[params["taskId"]] = [params]
                 while len(self._early) > MAX_EARLY_TASKS:
                     self._early.pop(next(iter(self._early)))
                 return
-        task._status_noted(params)
+        feed.noted(params)
 
-    def adopt_task(self, task: Any) -> None:
-        """Track a new task handle and give it the statuses that came before it."""
+    def adopt_task(self, task_id: str, feed: TaskFeed) -> None:
+        """Route a new task handle's statuses to ``feed``, the ones that came before it first."""
         with self._early_lock:
-            self.tasks.put(task.task_id, task)
-            early = self._early.pop(task.task_id, [])
+            self.tasks.put(task_id, feed)
+            early = self._early.pop(task_id, [])
         for params in early:
-            task._status_noted(params)
+            feed.noted(params)
 
     def close(self) -> None:
         self.handler_pool.close()
         self.callback_pool.close()
-        for task in self.tasks.drain():  # their readers stop waiting: no status can come any more
-            task._end()
+        for feed in self.tasks.drain():  # their readers stop waiting: no status can come any more
+            feed.ended()

@@ -52,8 +52,12 @@ _REQUEST_LINE = re.compile(r"^([A-Z]+ [^\s?]*)\?\S*( HTTP/)", re.MULTILINE)
 _HEADER_LINE = re.compile(r"^([A-Za-z0-9-]+):[ \t]*\S.*$", re.MULTILINE)
 
 
-def redact_url(url: str) -> str:
-    """``url`` without credentials, query or fragment: ``https://host:8443/mcp``."""
+def redact_url(url: str, *, query_names: bool = False) -> str:
+    """``url`` without credentials, fragment or query: ``https://host:8443/mcp``.
+
+    With ``query_names`` the query's names stay, each value masked (``...?token=...``): a
+    person reading an error then sees what the URL carries, and none of it.
+    """
     try:
         parts = urllib.parse.urlsplit(url)
         host = parts.hostname or ""
@@ -63,7 +67,10 @@ def redact_url(url: str) -> str:
     if ":" in host:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    query = ""
+    if query_names:
+        query = "&".join(f"{name}=..." for name, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def _url_sub(match: re.Match[str]) -> str:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exmcp_actors.testing._codec import encode
-from exmcp_actors.testing._protocol import INVALID_PARAMS, KINDS, FakeError, Handler, ListKind, check_choice, uri_param
-
-if TYPE_CHECKING:
-    from exmcp_actors.testing._connection import FakeConnection
+from exmcp_actors.testing._connection import FakeConnection, Handler
+from exmcp_actors.testing._protocol import INVALID_PARAMS, KINDS, FakeError, ListKind, check_choice, uri_param
 
 #: One item of each kind, for a server given none (copied: servers share nothing).
 _DEFAULT_ITEMS: dict[str, dict[str, Any]] = {

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
 
-from exmcp_actors.testing._codec import Wire, encode_logged, notification, stamped
+from exmcp_actors.testing._codec import Wire, encode, encode_logged, notification, stamped
 from exmcp_actors.testing._delivery import Delivery
 from exmcp_actors.testing._endpoints import Endpoint
 from exmcp_actors.testing._ids import IdSet
 from exmcp_actors.testing._inbound import Inbound
-from exmcp_actors.testing._protocol import SUBSCRIPTION_ID_KEY, FakeError
-
-if TYPE_CHECKING:
-    from exmcp_actors.testing._server import FakeServer
+from exmcp_actors.testing._protocol import PARSE_ERROR, SUBSCRIPTION_ID_KEY, FakeError
+from exmcp_actors.testing._shared import Shared
 
 _log = logging.getLogger("exmcp_actors.testing")
+
+#: ``handler(params, ctx)``: return a result (``None`` means ``{}``), raise
+#: :class:`FakeError`, or return :data:`NO_REPLY`.
+Handler = Callable[[dict[str, Any], "FakeConnection"], Any]
 
 #: How often ctx.wait() re-checks whether the connection ended.
 _WAIT_SLICE: Final = 0.05
@@ -43,20 +47,24 @@ class FakeConnection:
         closed_by: ``"client"``, ``"drop"`` or ``"server"`` once ended.
     """
 
-    def __init__(self, server: FakeServer, number: int, headers: dict[str, str]) -> None:
+    def __init__(
+        self, number: int, headers: dict[str, str], shared: Shared, answer: Callable[[FakeConnection, Any], None]
+    ) -> None:
         self.number = number
         self.headers = headers
         self.era: str | None = None
         self.negotiated: tuple[str, str] | None = None
         self.closed_by: str | None = None
-        self._server = server
+        self._shared = shared
         # One lock for all: server-wide waits read connection state.
-        self._lock = server._lock
+        self._lock = shared.lock
         self._ended = threading.Event()
         self._subscriptions: list[str] = []
         self._listens = IdSet()  # ids of open listens
+        self._cancelled = IdSet()  # ids named by the client's notifications/cancelled
+        self._handling_now = threading.local()  # the message each handler thread is on
         self._threads: list[threading.Thread] = []
-        self._inbound = Inbound(self, server)
+        self._inbound = Inbound(number, self._ended, lambda message: answer(self, message))
         self._delivery = Delivery(number)
 
     def __repr__(self) -> str:
@@ -89,7 +97,7 @@ class FakeConnection:
             else:
                 self._delivery.lose(reason, graceful=graceful)
             self._inbound.close()
-            self._server._changed.notify_all()
+            self._shared.changed.notify_all()
         return True
 
     def _join_delivery(self, timeout: float) -> None:
@@ -99,9 +107,58 @@ class FakeConnection:
         with self._lock:
             return [thread for thread in self._threads if thread.is_alive()]
 
+    # ---- inbound (private)
+
     def _receive(self, text: str) -> None:
         """A frame from the client: record it, then queue it for the handler thread."""
-        self._inbound.receive(text)
+        try:
+            message = json.loads(text)
+        except ValueError:
+            _log.warning("fake connection %d: client sent invalid JSON: %.200r", self.number, text)
+            parse_error = {"code": PARSE_ERROR, "message": "Parse error"}
+            self.send_raw(encode({"jsonrpc": "2.0", "id": None, "error": parse_error}))
+            return
+        shared = self._shared
+        with shared.changed:
+            if self.closed:
+                return
+            if not shared.journal.record_received(self.number, message) and not shared.silenced:
+                # Parsed again by the handler thread: handlers share nothing with `received`.
+                self._inbound.put(text)
+            shared.changed.notify_all()
+
+    def _note(self, message: dict[str, Any], params: dict[str, Any]) -> None:
+        """Track what a client message changes here, whoever handles it: cancelled ids, open listens."""
+        with self._lock:
+            if message["method"] == "notifications/cancelled":
+                cancelled = params.get("requestId")
+                self._cancelled.add(cancelled)
+                self._listens.discard(cancelled)  # how stdio/WebSocket clients end a subscription
+            elif message["method"] == "subscriptions/listen" and "id" in message:
+                self._listens.add(message["id"])
+
+    @contextmanager
+    def _handling(self, message: dict[str, Any]) -> Iterator[None]:
+        """While a handler runs on this thread: :attr:`message` is ``message``."""
+        self._handling_now.message = message
+        try:
+            yield
+        finally:
+            self._handling_now.message = None
+
+    def _subscribe(self, uri: str) -> None:
+        """Hold a legacy subscription to ``uri`` (once)."""
+        with self._shared.changed:
+            if uri not in self._subscriptions:
+                self._subscriptions.append(uri)
+            self._shared.changed.notify_all()
+
+    def _unsubscribe(self, uri: str) -> None:
+        """Drop the legacy subscription to ``uri``, if held."""
+        with self._shared.changed:
+            if uri in self._subscriptions:
+                self._subscriptions.remove(uri)
+            self._shared.changed.notify_all()
 
     # ---- outbound (private)
 
@@ -110,7 +167,7 @@ class FakeConnection:
             if self._ended.is_set():
                 return False
             self._delivery.push(frames)
-            self._server._journal.record_sent(self.number, logged if logged is not None else frames)
+            self._shared.journal.record_sent(self.number, logged if logged is not None else frames)
         return True
 
     def _push_message(self, message: Any) -> bool:
@@ -124,14 +181,15 @@ class FakeConnection:
     def _cancel_stream(self, request_id: Any) -> None:
         with self._lock:
             self._listens.discard(request_id)
-            self._server._journal.record_stream_cancel(self.number, request_id)
+            self._shared.journal.record_stream_cancel(self.number, request_id)
 
     # ---- the current request (thread-local, so concurrent handlers each see their own)
 
     @property
     def message(self) -> dict[str, Any] | None:
         """The request or notification being handled on this thread, else ``None``."""
-        return self._inbound.message
+        message: dict[str, Any] | None = getattr(self._handling_now, "message", None)
+        return message
 
     @property
     def request_id(self) -> Any:
@@ -152,7 +210,7 @@ class FakeConnection:
         """
         request_id = self.request_id if request_id is None else request_id
         with self._lock:
-            return request_id in self._inbound.cancelled
+            return request_id in self._cancelled
 
     def wait(self, event: threading.Event, timeout: float = 5.0) -> bool:
         """Wait for ``event`` in a handler; give up when the connection or server ends.
@@ -167,7 +225,7 @@ class FakeConnection:
                 return False
             if event.wait(min(remaining, _WAIT_SLICE)):
                 return True
-            if self._ended.is_set() or self._server._closing.is_set():
+            if self._ended.is_set() or self._shared.closing.is_set():
                 return False
 
     # ---- state

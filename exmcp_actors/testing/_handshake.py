@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from exmcp_actors.testing._connection import FakeConnection, Handler
 from exmcp_actors.testing._protocol import (
     LEGACY_VERSIONS,
     METHOD_NOT_FOUND,
@@ -11,14 +12,33 @@ from exmcp_actors.testing._protocol import (
     NO_REPLY,
     PROTOCOL_VERSION_KEY,
     UNSUPPORTED_VERSION,
+    Era,
     FakeError,
-    Handler,
+    Probe,
     uri_param,
 )
 
-if TYPE_CHECKING:
-    from exmcp_actors.testing._connection import FakeConnection
-    from exmcp_actors.testing._server import FakeServer
+
+class Settings(Protocol):
+    """The server's plain attributes that shape its handshakes (a :class:`FakeServer` has them)."""
+
+    @property
+    def era(self) -> Era: ...
+
+    @property
+    def protocol_version(self) -> str: ...
+
+    @property
+    def capabilities(self) -> dict[str, Any]: ...
+
+    @property
+    def server_info(self) -> dict[str, Any]: ...
+
+    @property
+    def probe(self) -> Probe: ...
+
+    @property
+    def instructions(self) -> str | None: ...
 
 
 class Handshake:
@@ -26,11 +46,11 @@ class Handshake:
 
     That is ``initialize``, ``ping``, ``logging/setLevel``, ``server/discover``,
     ``resources/subscribe`` / ``unsubscribe`` and ``subscriptions/listen``.
-    They read the server's era and its plain attributes (``protocol_version``,
-    ``capabilities``, ``server_info``, ``probe``, ``instructions``) when called.
+    They read the server's :class:`Settings` when called, so a change applies
+    to messages handled afterwards.
     """
 
-    def __init__(self, server: FakeServer) -> None:
+    def __init__(self, server: Settings) -> None:
         self._server = server
 
     def handlers(self) -> dict[str, Handler]:
@@ -97,20 +117,12 @@ class Handshake:
 
     def _subscribe(self, params: dict[str, Any], ctx: FakeConnection) -> dict[str, Any]:
         self._require_legacy(ctx)
-        uri = uri_param(params)
-        with self._server._changed:
-            if uri not in ctx._subscriptions:
-                ctx._subscriptions.append(uri)
-            self._server._changed.notify_all()
+        ctx._subscribe(uri_param(params))
         return {}
 
     def _unsubscribe(self, params: dict[str, Any], ctx: FakeConnection) -> dict[str, Any]:
         self._require_legacy(ctx)
-        uri = uri_param(params)
-        with self._server._changed:
-            if uri in ctx._subscriptions:
-                ctx._subscriptions.remove(uri)
-            self._server._changed.notify_all()
+        ctx._unsubscribe(uri_param(params))
         return {}
 
     def _listen(self, params: dict[str, Any], ctx: FakeConnection) -> Any:

@@ -1,12 +1,8 @@
-"""What the fake speaks: MCP revisions, ``_meta`` keys, error codes, and how handlers answer."""
+"""What the fake speaks: MCP revisions, ``_meta`` keys, error codes, and what a handler answers besides a result."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Literal
-
-if TYPE_CHECKING:
-    from exmcp_actors.testing._connection import FakeConnection
+from typing import Any, Final, Literal
 
 #: The revisions answered by ``initialize`` (the legacy era), oldest first.
 LEGACY_VERSIONS: Final[tuple[str, ...]] = (
@@ -39,10 +35,6 @@ ListKind = Literal["tools", "resources", "prompts"]
 ERAS: Final = ("legacy", "modern", "both")
 PROBES: Final = ("error", "silent", "discover")
 KINDS: Final = ("tools", "resources", "prompts")
-
-#: ``handler(params, ctx)``: return a result (``None`` means ``{}``), raise
-#: :class:`FakeError`, or return :data:`NO_REPLY`.
-Handler = Callable[[dict[str, Any], "FakeConnection"], Any]
 
 
 class _NoReply:

@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from exmcp_actors.testing._connection import FakeConnection
 from exmcp_actors.testing._endpoints import Endpoint
-
-if TYPE_CHECKING:
-    from exmcp_actors.testing._server import FakeServer
+from exmcp_actors.testing._shared import Shared
 
 
 class Registry:
     """Every connection a server opened, numbered from 1; all access under the server's lock.
 
     Args:
-        changed: the server's condition; a new connection notifies it.
-        closing: set when the server closes; no connection opens after that.
+        shared: what the server shares with its connections; a new connection notifies its condition,
+            and none opens once the server is closing.
+        answer: what answers each client message on a connection (the server's script).
     """
 
-    def __init__(self, changed: threading.Condition, closing: threading.Event) -> None:
-        self._changed = changed
-        self._closing = closing
+    def __init__(self, shared: Shared, answer: Callable[[FakeConnection, Any], None]) -> None:
+        self._shared = shared
+        self._changed = shared.changed
+        self._answer = answer
         self._connections: list[FakeConnection] = []
 
     def __len__(self) -> int:
@@ -34,12 +34,12 @@ class Registry:
         with self._changed:
             return list(self._connections)
 
-    def open(self, server: FakeServer, headers: dict[str, str], endpoint: Endpoint) -> FakeConnection | None:
+    def open(self, headers: dict[str, str], endpoint: Endpoint) -> FakeConnection | None:
         """A new, started connection to ``endpoint``; None once the server is closing."""
         with self._changed:
-            if self._closing.is_set():
+            if self._shared.closing.is_set():
                 return None
-            conn = FakeConnection(server, len(self._connections) + 1, headers)
+            conn = FakeConnection(len(self._connections) + 1, headers, self._shared, self._answer)
             self._connections.append(conn)
             self._changed.notify_all()
             # Started under the lock so close() never sees a connection without threads.

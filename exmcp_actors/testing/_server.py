@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Self, overload
 
@@ -10,14 +9,14 @@ from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import FrameSink
 from exmcp_actors.testing._catalog import Catalog
 from exmcp_actors.testing._codec import with_params
-from exmcp_actors.testing._connection import JOIN_TIMEOUT, FakeConnection, join_connections
+from exmcp_actors.testing._connection import JOIN_TIMEOUT, FakeConnection, Handler, join_connections
 from exmcp_actors.testing._endpoints import MemoryEndpoint
 from exmcp_actors.testing._gate import Gate
 from exmcp_actors.testing._handshake import Handshake
-from exmcp_actors.testing._journal import Journal
-from exmcp_actors.testing._protocol import ERAS, KINDS, PROBES, Era, Handler, ListKind, Probe, check_choice
+from exmcp_actors.testing._protocol import ERAS, KINDS, PROBES, Era, ListKind, Probe, check_choice
 from exmcp_actors.testing._registry import Registry
 from exmcp_actors.testing._script import Script
+from exmcp_actors.testing._shared import Shared
 from exmcp_actors.testing._transport import MemoryTransport
 from exmcp_actors.testing._websocket import WebSocketServing
 
@@ -85,9 +84,7 @@ class FakeServer:
     ) -> None:
         check_choice("era", era, ERAS)
         check_choice("probe", probe, PROBES)
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._closing = threading.Event()
+        self._shared = Shared()
         self._era: Era = era
         self.protocol_version = protocol_version
         self.capabilities: dict[str, Any] = _default_capabilities() if capabilities is None else capabilities
@@ -98,13 +95,13 @@ class FakeServer:
         self.instructions = instructions
         self.page_size = page_size
         self.check_meta = check_meta
-        self._catalog = Catalog(self._lock, lambda: self.page_size, tools, resources, prompts)
-        self._script = Script(self._lock, {**Handshake(self).handlers(), **self._catalog.handlers()})
-        self._journal = Journal(self._changed)
-        self._gate = Gate(self._changed, self._closing)
-        self._websocket = WebSocketServing(self)
-        self._registry = Registry(self._changed, self._closing)
-        self._silenced = False
+        self._catalog = Catalog(self._shared.lock, lambda: self.page_size, tools, resources, prompts)
+        defaults = {**Handshake(self).handlers(), **self._catalog.handlers()}
+        self._script = Script(self._shared, defaults, lambda: self.check_meta)
+        self._journal = self._shared.journal
+        self._gate = Gate(self._shared.changed, self._shared.closing)
+        self._registry = Registry(self._shared, self._script.answer)
+        self._websocket = WebSocketServing(self._shared, self._gate, self._registry)
 
     def __enter__(self) -> Self:
         return self
@@ -133,7 +130,7 @@ class FakeServer:
 
     def _open_memory(self, sink: FrameSink, *, timeout: float, max_frame_bytes: int) -> FakeConnection:
         self._gate.admit(timeout=timeout)
-        conn = self._registry.open(self, {}, MemoryEndpoint(sink, max_frame_bytes))
+        conn = self._registry.open({}, MemoryEndpoint(sink, max_frame_bytes))
         if conn is None:
             raise TransportError("FakeServer is closed")
         return conn
@@ -403,20 +400,20 @@ class FakeServer:
         handled, and automatic answers are not sent. Explicit pushes still go
         out, and connections still open.
         """
-        self._silenced = True
+        self._shared.silenced = True
 
     def resume(self) -> None:
         """Undo :meth:`silence` from now on (silenced messages stay unanswered)."""
-        self._silenced = False
+        self._shared.silenced = False
 
     def close(self) -> None:
         """End every connection (clients see it lost), stop serving, join all threads.
 
         Idempotent. A handler still blocked after a few seconds is logged, not awaited.
         """
-        with self._changed:
-            self._closing.set()
-            self._changed.notify_all()  # wakes hung opens
+        with self._shared.changed:
+            self._shared.closing.set()
+            self._shared.changed.notify_all()  # wakes hung opens
             connections = self._registry.all()
             listening = self._websocket.detach()
         for conn in connections:

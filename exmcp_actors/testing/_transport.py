@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport._base import FrameSink, Transport
-from exmcp_actors.testing._connection import JOIN_TIMEOUT
+from exmcp_actors.testing._connection import JOIN_TIMEOUT, FakeConnection
 
-if TYPE_CHECKING:
-    from exmcp_actors.testing._connection import FakeConnection
-    from exmcp_actors.testing._server import FakeServer
+
+class MemoryPeer(Protocol):
+    """The server end of a memory transport: a :class:`FakeServer`."""
+
+    def _open_memory(self, sink: FrameSink, *, timeout: float, max_frame_bytes: int) -> FakeConnection:
+        """A new connection whose client end is ``sink``; TransportError when refused or closed."""
+        ...
 
 
 class MemoryTransport(Transport):
@@ -30,7 +34,7 @@ class MemoryTransport(Transport):
             return True) instead of like stdio/WebSocket (return False).
     """
 
-    def __init__(self, server: FakeServer, *, stream_cancel: bool = False) -> None:
+    def __init__(self, server: MemoryPeer, *, stream_cancel: bool = False) -> None:
         self._server = server
         self._stream_cancel = stream_cancel
         self._lock = threading.Lock()

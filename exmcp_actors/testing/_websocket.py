@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Final
 
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors.testing._endpoints import WebSocketEndpoint
+from exmcp_actors.testing._gate import Gate
+from exmcp_actors.testing._registry import Registry
+from exmcp_actors.testing._shared import Shared
 
 if TYPE_CHECKING:
     from websockets.http11 import Request, Response
     from websockets.sync.server import Server, ServerConnection
-
-    from exmcp_actors.testing._server import FakeServer
 
 #: How long an upgrade may wait on a hung refuse() before it gets HTTP 503.
 _ADMIT_TIMEOUT: Final = 30.0
@@ -32,10 +33,18 @@ class _Listening:
 
 
 class WebSocketServing:
-    """The WebSocket face of a :class:`FakeServer` (see :meth:`FakeServer.serve_websocket`)."""
+    """The WebSocket face of a :class:`FakeServer` (see :meth:`FakeServer.serve_websocket`).
 
-    def __init__(self, fake: FakeServer) -> None:
-        self._fake = fake
+    Args:
+        shared: what the server shares with its connections (its lock, whether it is closing).
+        gate: admits or refuses each upgrade.
+        registry: opens a connection for each upgrade admitted.
+    """
+
+    def __init__(self, shared: Shared, gate: Gate, registry: Registry) -> None:
+        self._shared = shared
+        self._gate = gate
+        self._registry = registry
         self._listening: _Listening | None = None
         self._url: str | None = None
 
@@ -44,8 +53,8 @@ class WebSocketServing:
         from websockets.sync.server import serve
         from websockets.typing import Subprotocol
 
-        with self._fake._lock:
-            if self._fake._closing.is_set():
+        with self._shared.lock:
+            if self._shared.closing.is_set():
                 raise RuntimeError("FakeServer is closed")
             if self._url is not None:
                 return self._url
@@ -69,13 +78,13 @@ class WebSocketServing:
             return self._url
 
     def detach(self) -> _Listening | None:
-        """Forget the running server, for the caller to stop; the caller holds the fake's lock."""
+        """Forget the running server, for the caller to stop; the caller holds the server's lock."""
         listening, self._listening = self._listening, None
         return listening
 
     def _process_request(self, ws: ServerConnection, request: Request) -> Response | None:
         try:
-            self._fake._gate.admit(timeout=_ADMIT_TIMEOUT)
+            self._gate.admit(timeout=_ADMIT_TIMEOUT)
         except TransportError as exc:
             return ws.respond(503, f"{exc}\n")
         return None
@@ -84,7 +93,7 @@ class WebSocketServing:
         from websockets.exceptions import ConnectionClosed
 
         headers = {key.lower(): value for key, value in ws.request.headers.raw_items()} if ws.request else {}
-        conn = self._fake._registry.open(self._fake, headers, WebSocketEndpoint(ws))
+        conn = self._registry.open(headers, WebSocketEndpoint(ws))
         if conn is None:
             return
         # This websockets-owned thread is the connection's reader: name it like ours.
