@@ -24,11 +24,12 @@ from typing import Any, NamedTuple
 import pykka
 
 from .._protocol import _events as ev
+from .._protocol._config import SessionConfig
 from .._protocol._errors import error_term
 from .._protocol._filters import NotificationFilter
 from .._protocol._index import ListenerIndex
 from .._protocol._jsonrpc import Frame, RequestBuilder
-from .._protocol._session import Session, SessionConfig
+from .._protocol._session import Session
 from .._protocol._state import Phase
 from .._transport._base import Transport
 from .._util._scheduler import TimerHandle, call_later
