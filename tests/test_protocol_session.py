@@ -16,6 +16,7 @@ from exmcp_actors._delivery._inbox import Inbox
 from exmcp_actors._delivery._targets import Subscriber
 from exmcp_actors._protocol import _messages as m
 from exmcp_actors._protocol._backoff import Backoff
+from exmcp_actors._protocol._config import SessionConfig
 from exmcp_actors._protocol._errors import (
     ConnectError,
     ConnectionLost,
@@ -64,8 +65,8 @@ from exmcp_actors._protocol._handshake import META_SUBSCRIPTION_ID, ProtocolMode
 from exmcp_actors._protocol._index import ACK_METHOD
 from exmcp_actors._protocol._jsonrpc import RequestBuilder
 from exmcp_actors._protocol._registry import ProxySlot
-from exmcp_actors._protocol._session import Session, SessionConfig
-from exmcp_actors._protocol._state import Phase
+from exmcp_actors._protocol._session import Session
+from exmcp_actors._protocol._state import Pause, Phase
 
 T = TypeVar("T")
 
@@ -484,7 +485,7 @@ def test_the_first_connect_failing_stops_the_client_and_reports_why(fail: Any, w
     session = driver.session
     assert isinstance(session.life.connect_error, ConnectError)
     assert why in str(session.life.connect_error)
-    assert session.life.closing and not session.life.connection.was_ready
+    assert session.life.closed and not session.life.connection.was_ready
     connect_error = session.life.connect_error
     session.close(("transport_closed", why))
     assert session.status == "disconnected" and session.life.connect_error is connect_error
@@ -715,7 +716,7 @@ def test_a_resubscribe_report_of_an_earlier_connection_is_ignored() -> None:
     driver, everything, _ = paused_with_three_uris()
     driver.frames(updated(A))
     assert driver.feed(ResubscribeReport(driver.generation - 2, frozenset({A, B, C}), {})) == []
-    assert driver.out == {} and driver.session.listeners.paused
+    assert driver.out == {} and driver.session.listeners.pause is Pause.HELD
     driver.feed(ResubscribeReport(driver.generation, frozenset({A, B, C}), {}))
     assert [message.tag for message in driver.received(everything)] == [m.RECONNECTED, m.NOTIFICATION]
 
@@ -726,7 +727,7 @@ def test_a_resubscribe_report_while_reconnecting_again_is_ignored() -> None:
     driver.lose()
     assert driver.feed(ResubscribeReport(generation, frozenset({A}), {})) == []
     assert driver.feed(ResubscribeReport(driver.generation, frozenset({A}), {})) == []  # not ready yet
-    assert driver.out == {} and driver.session.listeners.paused
+    assert driver.out == {} and driver.session.listeners.pause is Pause.HELD
 
 
 def test_a_listener_registered_after_the_reconnect_is_not_in_its_report() -> None:

@@ -29,11 +29,12 @@ from exmcp_actors._protocol._events import (
     ToWorker,
 )
 from exmcp_actors._protocol._stages import timeout_error
+from exmcp_actors._protocol._state import Pause, Stage
 
 
-def timer(driver: Driver, stage: str) -> ArmTimer:
+def timer(driver: Driver, stage: Stage) -> ArmTimer:
     """The deadline the last input armed for ``stage``."""
-    [armed] = [t for t in driver.stage_timers if t.event.stage == stage]
+    [armed] = [t for t in driver.stage_timers if t.event.stage is stage]
     return armed
 
 
@@ -46,22 +47,22 @@ def reconnect_without_answer(driver: Driver) -> ArmTimer:
     """After a loss: the transport opens again, ``initialize`` is sent and never answered."""
     [initialize] = sent(driver.opened())
     assert initialize["method"] == "initialize"
-    return timer(driver, "initialize")
+    return timer(driver, Stage.INITIALIZE)
 
 
 def test_every_stage_of_the_first_connect_runs_under_a_deadline_and_the_whole_connect_too() -> None:
     driver = Driver("legacy")
     driver.start()
-    assert sorted(t.event.stage for t in driver.stage_timers) == ["connect", "open"]
+    assert {t.event.stage for t in driver.stage_timers} == {Stage.CONNECT, Stage.OPEN}
     assert {t.delay for t in driver.stage_timers} == {STAGE_TIMEOUT}
     driver.opened()
-    assert timer(driver, "initialize") == ArmTimer(STAGE_TIMEOUT, StageTimeout(1, "initialize", 2))
+    assert timer(driver, Stage.INITIALIZE) == ArmTimer(STAGE_TIMEOUT, StageTimeout(1, Stage.INITIALIZE, 2))
 
 
 def test_the_overall_connect_deadline_stops_the_first_connect_naming_the_stage_in_words() -> None:
     driver = Driver("legacy")
     driver.start()
-    [overall] = [t for t in driver.stage_timers if t.event.stage == "connect"]
+    [overall] = [t for t in driver.stage_timers if t.event.stage is Stage.CONNECT]
     driver.opened()
     effects = run_out(driver, overall)
     [stop] = only(effects, Stop)
@@ -83,7 +84,7 @@ def test_a_reconnect_whose_initialize_is_never_answered_is_a_failed_attempt_and_
     assert only(effects, OpenTransport) == [OpenTransport(driver.generation, BACKOFF.delay(2))]
     assert driver.session.status == "reconnecting"
     assert driver.session.life.attempts == 1
-    assert driver.session.life.last_error == str(timeout_error("initialize", STAGE_TIMEOUT))
+    assert driver.session.life.last_error == str(timeout_error(Stage.INITIALIZE, STAGE_TIMEOUT))
     # The next attempt works: the listener hears Reconnected once the resubscription reports.
     driver.reconnect()
     driver.feed(ResubscribeReport(driver.generation, frozenset({"file:///a"}), {}))
@@ -99,26 +100,26 @@ def test_stages_that_keep_running_out_exhaust_the_attempts_and_close_every_liste
     run_out(driver, reconnect_without_answer(driver))
     effects = run_out(driver, reconnect_without_answer(driver))
     [stop] = only(effects, Stop)
-    assert stop.reason == ("reconnect_exhausted", str(timeout_error("initialize", STAGE_TIMEOUT)))
+    assert stop.reason == ("reconnect_exhausted", str(timeout_error(Stage.INITIALIZE, STAGE_TIMEOUT)))
 
 
 def test_a_transport_that_never_opens_runs_out_after_the_backoff_delay_plus_the_stage_timeout() -> None:
     driver = Driver("legacy").connect()
     effects = driver.lose()
     [reopen] = only(effects, OpenTransport)
-    armed = timer(driver, "open")
+    armed = timer(driver, Stage.OPEN)
     assert armed.delay == reopen.delay + STAGE_TIMEOUT
     effects = run_out(driver, armed)
     assert only(effects, OpenTransport) == [OpenTransport(driver.generation, BACKOFF.delay(2))]
-    assert driver.session.life.last_error == str(timeout_error("open", STAGE_TIMEOUT))
+    assert driver.session.life.last_error == str(timeout_error(Stage.OPEN, STAGE_TIMEOUT))
 
 
 def test_a_deadline_of_a_finished_stage_or_an_earlier_connection_changes_nothing() -> None:
     driver = Driver("legacy")
     driver.start()
-    opening, overall = timer(driver, "open"), timer(driver, "connect")
+    opening, overall = timer(driver, Stage.OPEN), timer(driver, Stage.CONNECT)
     effects = driver.opened()
-    initializing = timer(driver, "initialize")
+    initializing = timer(driver, Stage.INITIALIZE)
     assert run_out(driver, opening) == []  # the transport opened in time
     driver.answer_handshake(effects)
     assert driver.session.ready
@@ -126,7 +127,7 @@ def test_a_deadline_of_a_finished_stage_or_an_earlier_connection_changes_nothing
     assert run_out(driver, overall) == []
     assert driver.session.status == "ready"
     driver.lose()
-    assert driver.feed(StageTimeout(driver.generation - 1, "open", 99)) == []
+    assert driver.feed(StageTimeout(driver.generation - 1, Stage.OPEN, 99)) == []
     assert driver.session.status == "reconnecting"
 
 
@@ -137,13 +138,13 @@ def test_a_resubscription_that_never_reports_drops_the_connection_and_tries_agai
     effects = driver.reconnect()
     [to_worker] = only(effects, ToWorker)
     assert to_worker.message.timeout == STAGE_TIMEOUT  # each wire call is bounded too
-    armed = timer(driver, "resubscribe")
+    armed = timer(driver, Stage.RESUBSCRIBE)
     assert armed.delay == 2 * STAGE_TIMEOUT
     assert driver.session.status == "ready"
     effects = run_out(driver, armed)
     assert only(effects, OpenTransport) == [OpenTransport(driver.generation, BACKOFF.delay(2))]
     assert driver.session.status == "reconnecting"
-    assert driver.session.listeners.paused  # still held: nobody was told Reconnected yet
+    assert driver.session.listeners.pause is Pause.HELD  # still held: nobody was told Reconnected yet
     driver.reconnect()
     driver.feed(ResubscribeReport(driver.generation, frozenset({"file:///a"}), {}))
     assert [message[0] for message in driver.received(listener)] == [m.RECONNECTED]
@@ -155,7 +156,7 @@ def test_a_resubscription_reported_in_time_settles_the_reconnect() -> None:
     driver.listener(uris("file:///a"))
     driver.lose()
     driver.reconnect()
-    armed = timer(driver, "resubscribe")
+    armed = timer(driver, Stage.RESUBSCRIBE)
     driver.feed(ResubscribeReport(driver.generation, frozenset({"file:///a"}), {}))
     assert run_out(driver, armed) == []
     assert driver.session.status == "ready"
@@ -179,7 +180,7 @@ def test_a_relisten_never_acknowledged_after_a_reconnect_is_a_failed_attempt() -
     driver.live(uris("file:///a"))
     driver.lose()
     driver.reconnect()
-    armed = timer(driver, "relisten")
+    armed = timer(driver, Stage.RELISTEN)
     effects = run_out(driver, armed)
     assert only(effects, OpenTransport) == [OpenTransport(driver.generation, BACKOFF.delay(2))]
     assert driver.session.status == "reconnecting"
@@ -191,7 +192,7 @@ def test_a_relisten_acknowledged_in_time_settles_the_reconnect() -> None:
     driver.lose()
     effects = driver.reconnect()
     [listen] = [message for message in sent(effects) if message["method"] == "subscriptions/listen"]
-    armed = timer(driver, "relisten")
+    armed = timer(driver, Stage.RELISTEN)
     driver.frames(acknowledgment(listen["id"], uris("file:///a")))
     assert driver.session.life.stages.settled
     assert run_out(driver, armed) == []
@@ -200,7 +201,7 @@ def test_a_relisten_acknowledged_in_time_settles_the_reconnect() -> None:
 
 @pytest.mark.parametrize("stage", ["open", "discover", "initialize", "resubscribe", "relisten"])
 def test_each_timeout_error_names_its_stage_in_a_sentence_and_keeps_a_machine_reason(stage: str) -> None:
-    error = timeout_error(stage, 2.5)
+    error = timeout_error(Stage(stage), 2.5)
     assert error.reason == ("timeout", stage)
     text = str(error)
     assert text.startswith("gave up after 2.5s waiting for ") and text.endswith("or raise connect_timeout")
@@ -217,5 +218,5 @@ def test_each_timeout_error_names_its_stage_in_a_sentence_and_keeps_a_machine_re
 def test_opened_of_a_timed_out_attempt_is_ignored() -> None:
     driver = Driver("legacy").connect()
     driver.lose()
-    run_out(driver, timer(driver, "open"))
+    run_out(driver, timer(driver, Stage.OPEN))
     assert driver.feed(Opened(driver.generation - 1)) == []

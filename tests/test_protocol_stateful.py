@@ -31,6 +31,7 @@ from exmcp_actors._protocol._errors import Error, ListenerNotFound
 from exmcp_actors._protocol._filters import normalize_filter
 from exmcp_actors._protocol._messages import FINAL_TAGS
 from exmcp_actors._protocol._refcount import RefcountBook
+from exmcp_actors._protocol._state import EntryState, Pause
 from tests.test_protocol_session import Driver, new_handle
 
 URIS = ["file:///a", "file:///b", "file:///c"]
@@ -179,7 +180,7 @@ class RegistryMachine(RuleBasedStateMachine):
             self.feed(ev.Overflowed(handle.id))
             self.live.pop(handle.id, None)
 
-    @precondition(lambda self: self.driver.session.ready and not self.driver.session.listeners.paused)
+    @precondition(lambda self: self.driver.session.ready and self.driver.session.listeners.pause is Pause.NONE)
     @rule(uri=st.sampled_from(URIS))
     def notify(self, uri: str) -> None:
         self.delivered = []
@@ -210,7 +211,7 @@ class RegistryMachine(RuleBasedStateMachine):
         wanted |= {uri for h in self.live.values() for uri in h.filter.get("resourceSubscriptions", [])}
         assert held == wanted
         session = self.driver.session
-        if session.ready and not session.listeners.paused:
+        if session.ready and session.listeners.pause is Pause.NONE:
             assert self.server == held
 
     @invariant()
@@ -223,10 +224,10 @@ class RegistryMachine(RuleBasedStateMachine):
         if not hasattr(self, "driver"):
             return
         registry = self.driver.session.registry
-        # A registration whose subscriber died stays (as "dead") until its host abandons it.
+        # A registration whose subscriber died stays (DEAD) until its host abandons it.
         assert set(registry.entries) == set(self.in_flight) | set(self.live)
         assert len(registry.index) == len(self.live)
-        live_slots = {entry.slot.key for entry in registry.entries.values() if entry.state != "dead"}
+        live_slots = {entry.slot.key for entry in registry.entries.values() if entry.state is not EntryState.DEAD}
         assert set(registry.slots) == live_slots  # a dead subscriber's slot is gone already
 
     def teardown(self) -> None:

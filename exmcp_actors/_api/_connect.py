@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 
 from .._auth import OAuth
 from .._protocol._backoff import Backoff
+from .._protocol._config import SessionConfig
 from .._protocol._errors import ConnectError
 from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode
 from .._protocol._host_checks import check_roots
 from .._protocol._jsonrpc import RequestBuilder
-from .._protocol._session import SessionConfig
 from .._runtime._client_actor import ClientActor, Start
 from .._runtime._effects import Config
 from .._runtime._host_pool import HostRuntime

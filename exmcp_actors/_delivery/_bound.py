@@ -23,12 +23,9 @@ from collections.abc import Callable, Hashable
 from typing import Any, Final
 
 from .._protocol import _messages as m
+from .._protocol._filters import signal_key as notification_signal_key
 
 DEFAULT_MAX_PENDING: Final = 10_000
-_LIST_CHANGED: Final = frozenset(
-    ("notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed")
-)
-_UPDATED: Final = "notifications/resources/updated"
 _EVENT_TAGS: Final = frozenset((m.NOTIFICATION, m.SUBSCRIPTION))
 
 
@@ -45,13 +42,7 @@ def signal_key(message: Any) -> Hashable | None:
     """What a pure change signal is about (None: the message is not one)."""
     if message[0] not in _EVENT_TAGS:
         return None
-    method: str = message[2]
-    if method in _LIST_CHANGED:
-        return method
-    if method == _UPDATED:
-        uri = message[3].get("uri")
-        return ("uri", uri) if isinstance(uri, str) else None
-    return None
+    return notification_signal_key(message[2], message[3])
 
 
 def overflow_closing(message: Any, limit: int) -> Any:

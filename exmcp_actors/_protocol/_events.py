@@ -18,6 +18,7 @@ from typing import Any, Final, NamedTuple
 
 from ._filters import NotificationFilter
 from ._jsonrpc import Frame
+from ._state import Stage
 
 # -- inputs: the transport -----------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class StageTimeout(NamedTuple):
     """A stage of this generation's connect or reconnect ran out of time (see ``_stages``)."""
 
     generation: int
-    stage: str
+    stage: Stage
     #: Which entry into a stage armed it: only the stage in hand counts.
     serial: int
 

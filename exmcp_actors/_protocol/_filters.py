@@ -7,8 +7,9 @@ raised before anything is sent.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ._errors import FilterError
 
@@ -41,6 +42,21 @@ CATEGORY_OF_METHOD: dict[str, str] = {
 
 #: Every notification method a filter can enable.
 FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED, TASK_STATUS))
+
+_LIST_CHANGED: Final = frozenset((TOOLS_LIST_CHANGED, PROMPTS_LIST_CHANGED, RESOURCES_LIST_CHANGED))
+
+
+def signal_key(method: str, params: dict[str, Any]) -> Hashable | None:
+    """What a pure change signal is about (None: the notification is not one).
+
+    The three ``list_changed`` and ``resources/updated`` for one URI say only "refetch this":
+    wherever notifications wait under a bound, one waiting signal per key says it all."""
+    if method in _LIST_CHANGED:
+        return method
+    if method == RESOURCE_UPDATED:
+        uri = params.get("uri")
+        return ("uri", uri) if isinstance(uri, str) else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,42 +4,65 @@ It drives the phases of the state table (``_state``) and owns what describes
 the current connection: its generation (events of an earlier connection are
 ignored), the attempts made, the handshake and what it negotiated. What a loss
 or a new connection means for listeners and subscriptions it asks of the
-session's other parts.
+session's other parts, which it is given when it is made.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from . import _events as ev
 from . import _jsonrpc as rpc
+from ._config import SessionConfig
 from ._errors import ConnectError, ConnectionLost
 from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, SendFrame
-from ._stages import CONNECT, StageClock
-from ._state import ConnectionState, Move, Phase
-
-if TYPE_CHECKING:
-    from ._session import Session
+from ._listeners import Listeners
+from ._pending import PendingTable
+from ._registry import Registry
+from ._stages import StageClock
+from ._state import ConnectionState, EntryState, Move, Phase, Stage
+from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
 
+#: The stage of each handshake phase.
+_HANDSHAKE_STAGES: Final = {Phase.PROBING: Stage.DISCOVER, Phase.INITIALIZING: Stage.INITIALIZE}
+
 
 class Lifecycle:
-    """The connection part of a :class:`~._session.Session`."""
+    """The connection part of a :class:`~._session.Session`.
 
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._fx = session.effects
-        self.config = session.config
-        self.name = session.name
+    ``restore_log_level()`` sets again, on a new legacy connection, the log level the host
+    set (the server forgot it)."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        name: str,
+        effects: ev.Effects,
+        ids: rpc.RequestBuilder,
+        pending: PendingTable,
+        registry: Registry,
+        listeners: Listeners,
+        subscriptions: Subscriptions,
+        restore_log_level: Callable[[], None],
+    ) -> None:
+        self._fx = effects
+        self.config = config
+        self.name = name
+        self._ids = ids
+        self._pending = pending
+        self._registry = registry
+        self._listeners = listeners
+        self._subscriptions = subscriptions
+        self._restore_log_level = restore_log_level
         self.connection = ConnectionState()
         #: Tags one connection: events of an earlier one are ignored.
         self.generation = 0
         self.attempts = 0
         self.last_error: Any = None
-        #: Set once a Stop is asked for: the shell is closing the client.
-        self.closing = False
         self.connect_error: ConnectError | None = None
         self.handshake: Handshake | None = None
         #: What the last handshake negotiated (None before the first).
@@ -54,12 +77,17 @@ class Lifecycle:
         return self.connection.phase is Phase.READY
 
     @property
+    def closed(self) -> bool:
+        """Whether a stop was decided (the shell may still be closing the client)."""
+        return self.connection.phase is Phase.CLOSED
+
+    @property
     def era(self) -> str | None:
         return self.negotiated.era if self.negotiated is not None else None
 
     def _current(self, generation: int) -> bool:
         """Whether an event belongs to the connection in hand (and the client is not closing)."""
-        return generation == self.generation and not self.closing
+        return generation == self.generation and not self.closed
 
     def start(self) -> None:
         self._open(delay=0.0)
@@ -68,7 +96,7 @@ class Lifecycle:
     def _open(self, delay: float) -> None:
         self.generation += 1
         self._fx.do(ev.OpenTransport(self.generation, delay))
-        self.stages.enter("open", self.generation, extra=delay)
+        self.stages.enter(Stage.OPEN, self.generation, extra=delay)
 
     def _settle(self) -> None:
         """Every stage of this connection is done: the next loss starts a fresh count of attempts."""
@@ -78,7 +106,6 @@ class Lifecycle:
 
     def stop(self, reason: Any) -> None:
         """Close for good: from now on the client is disconnected, whatever arrives before the shell stops."""
-        self.closing = True
         self.connection.move(Move.CLOSE)
         self._fx.do(ev.Stop(reason))
 
@@ -86,7 +113,7 @@ class Lifecycle:
         if not self._current(message.generation):
             return
         self.handshake = Handshake(
-            self.config.mode, self.config.client_info, self._session.ids, self.connection, self.config.capabilities
+            self.config.mode, self.config.client_info, self._ids, self.connection, self.config.capabilities
         )
         self._run_handshake(self.handshake.start())
 
@@ -118,9 +145,7 @@ class Lifecycle:
         for action in actions:
             if isinstance(action, SendFrame):
                 if action.request_id is not None:
-                    self._session.pending.add(
-                        action.request_id, action.message["method"], callback=self._handshake_answer
-                    )
+                    self._pending.add(action.request_id, action.message["method"], callback=self._handshake_answer)
                 self._fx.send(action.message, action.request_id)
             elif isinstance(action, ArmProbeTimer):
                 timeout = ev.ProbeTimeout(self.generation, action.request_id)
@@ -131,11 +156,9 @@ class Lifecycle:
                 logger.warning("%s: handshake failed: %s", self.name, action.error)
                 self._drop_connection()
                 self._attempt_failed(action.error)
-        if not self.ready and not self.closing and self.handshake is not None:
-            phase = self.connection.phase
-            if phase in (Phase.PROBING, Phase.INITIALIZING):
-                stage = "discover" if phase is Phase.PROBING else "initialize"
-                self.stages.enter(stage, self.generation)
+        stage = _HANDSHAKE_STAGES.get(self.connection.phase)
+        if stage is not None and self.handshake is not None:
+            self.stages.enter(stage, self.generation)
 
     def _handshake_answer(self, answer: rpc.Response | rpc.ErrorResponse) -> None:
         if self.handshake is not None:
@@ -148,13 +171,13 @@ class Lifecycle:
         logger.info(
             "%s: no answer to server/discover in %.1fs; trying initialize", self.name, self.config.probe_timeout
         )
-        self._session.pending.pop(message.request_id)
+        self._pending.pop(message.request_id)
         self._run_handshake(handshake.probe_timed_out(message.request_id))
 
     def _drop_connection(self) -> None:
         """Forget the current connection: its late frames and answers are ignored from now on."""
         self.generation += 1
-        self._session.pending.fail_all(ConnectionLost("the connection was lost"))
+        self._pending.fail_all(ConnectionLost("the connection was lost"))
 
     def _negotiated(self, result: Negotiated) -> None:
         previous_era = self.era
@@ -171,40 +194,40 @@ class Lifecycle:
         timeout = self.config.stage_timeout
         if result.era == "legacy":
             self._fx.do(ev.ToWorker(ev.Resubscribe(self.generation, timeout)))
-            self._session.restore_log_level()
+            self._restore_log_level()
             # Each wire call has the timeout; the margin bounds the worker itself.
-            self.stages.enter("resubscribe", self.generation, extra=timeout)
+            self.stages.enter(Stage.RESUBSCRIBE, self.generation, extra=timeout)
             return
-        self._session.listeners.resume()
-        self._relistening = set(self._session.subscriptions.relisten_dropped())
+        self._listeners.resume()
+        self._relistening = set(self._subscriptions.relisten_dropped())
         if self._relistening:
-            self.stages.enter("relisten", self.generation)
+            self.stages.enter(Stage.RELISTEN, self.generation)
         else:
             self._settle()
 
     def resubscribed(self) -> None:
         """The worker reported the resubscription of this connection."""
-        if self.stages.stage == "resubscribe":
+        if self.stages.stage is Stage.RESUBSCRIBE:
             self._settle()
 
     def relistened(self, handle_id: Any) -> None:
         """A subscription re-listened by the reconnect was acknowledged (or ended)."""
         self._relistening.discard(handle_id)
-        if not self._relistening and self.stages.stage == "relisten":
+        if not self._relistening and self.stages.stage is Stage.RELISTEN:
             self._settle()
 
     def stage_timeout(self, message: ev.StageTimeout) -> None:
-        if self.closing:
+        if self.closed:
             return
         stages = self.stages
-        if message.stage == CONNECT:
+        if message.stage is Stage.CONNECT:
             if self.connection.was_ready or stages.settled:
                 return
         elif message.generation != self.generation or not stages.owns(message):
             return
-        if stages.stage == "relisten":
-            entries = self._session.registry.entries
-            waiting = [h for h in self._relistening if h in entries and entries[h].state == "relistening"]
+        if stages.stage is Stage.RELISTEN:
+            entries = self._registry.entries
+            waiting = [h for h in self._relistening if h in entries and entries[h].state is EntryState.RELISTENING]
             if not waiting:
                 self._settle()  # the rest ended meanwhile (closed, or refused by the server)
                 return
@@ -220,13 +243,13 @@ class Lifecycle:
         if era == "modern":
             # The legacy session and its subscriptions are gone with the old connection.
             self._fx.do(ev.ToWorker(ev.Reset()))
-        for entry in list(self._session.registry.entries.values()):
+        for entry in list(self._registry.entries.values()):
             if entry.era == era:
                 continue
-            if entry.kind == "watch" and era == "modern":
-                self._session.subscriptions.become_modern(entry)
+            if entry.kind == "watch" and era == "modern" and entry.state is not EntryState.DEAD:
+                self._subscriptions.become_modern(entry)
                 continue
-            self._session.registry.close(entry, ("era_changed", era))
+            self._registry.close(entry, ("era_changed", era))
 
     def lost(self, message: ev.Lost) -> None:
         if not self._current(message.generation):
@@ -257,15 +280,13 @@ class Lifecycle:
         """A ready connection is gone: hold legacy delivery, and re-listen modern subscriptions later."""
         self.connection.move(Move.LOST)
         if self.era == "legacy":
-            self._session.listeners.pause()
-        for entry in self._session.registry.of_era("modern"):
+            self._listeners.pause_for_reconnect()
+        for entry in self._registry.of_era("modern"):
             # Live, mid-snapshot or mid-re-listen alike: re-listen on the next connection.
-            self._session.subscriptions.stream_dropped(entry)
+            self._subscriptions.stream_dropped(entry)
 
     def close(self, reason: Any) -> None:
         """The client is going down for good."""
-        self.closing = True
-        if self.connection.phase is not Phase.CLOSED:
-            self.connection.move(Move.CLOSE)
+        self.connection.move(Move.CLOSE)
         if self.connect_error is None and not self.connection.was_ready:
             self.connect_error = ConnectError(f"the client stopped while connecting: {reason!r}")

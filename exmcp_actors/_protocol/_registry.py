@@ -6,7 +6,8 @@ An :class:`Entry` is one handle as the session sees it. Its messages go to its
 :class:`ProxySlot` of its subscriber (an actor or a ``put()`` object, delivered
 to by that subscriber's proxy actor). Every subscriber has one slot, whatever
 the kind of subscriber: the slot's proxy actor is the stop hook that reports the
-subscriber's death. A slot lives while an entry uses it.
+subscriber's death. A slot lives while an entry uses it. An entry's life is the
+:class:`~._state.EntryState` table: it moves only through :meth:`Entry.to`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._errors import NotConnected
 from ._events import Effects, Outbox, Release, RetireProxy, StartProxy, ToWorker
 from ._filters import NotificationFilter
 from ._index import Index
+from ._state import ENTRY_MOVES, ENTRY_STARTS, UNANNOUNCED, EntryState, TransitionError, checked_move
 
 _new_tuple = tuple.__new__
 
@@ -44,9 +46,8 @@ class Entry:
     slot: ProxySlot
     #: Where its messages go: the handle's inbox, or its subscriber's ProxySlot.
     route: Any
-    #: legacy: pending -> active (or dead: its subscriber died while registering);
-    #: modern: awaiting_ack -> live <-> relistening -> resyncing -> live.
-    state: str
+    #: Where it is in its life (read it as ``state``; move it with ``to``).
+    _state: EntryState
     # modern only
     listen_id: Any = None
     acknowledged: NotificationFilter | None = None
@@ -54,6 +55,14 @@ class Entry:
     #: Events held while it re-listens (None until it first does: one object less per entry).
     held: list[tuple[str, dict[str, Any]]] | None = None
     relisten_attempts: int = 0
+
+    @property
+    def state(self) -> EntryState:
+        return self._state
+
+    def to(self, state: EntryState) -> None:
+        """Move to ``state``; raises TransitionError if :data:`~._state.ENTRY_MOVES` has no such move."""
+        self._state = checked_move(ENTRY_MOVES, self._state, state)
 
     # Subscriptions speak their own vocabulary; listeners and watches speak the legacy
     # one, whatever the era, so watch() never branches.
@@ -71,7 +80,7 @@ class Entry:
     @property
     def holds_uris(self) -> bool:
         """Whether the refcount worker holds URIs for it."""
-        return self.era == "legacy" and self.state == "active" and bool(self.requested.uris)
+        return self.era == "legacy" and self._state is EntryState.ACTIVE and bool(self.requested.uris)
 
 
 class Registry:
@@ -84,7 +93,11 @@ class Registry:
         self.index = index
         self._fx = effects
 
-    def add(self, handle: Any, kind: str, era: str, flt: NotificationFilter, subscriber: Any, state: str) -> Entry:
+    def add(
+        self, handle: Any, kind: str, era: str, flt: NotificationFilter, subscriber: Any, state: EntryState
+    ) -> Entry:
+        if state not in ENTRY_STARTS:
+            raise TransitionError(f"an entry does not start {state.value!r}")
         slot = self.slots.get(subscriber.key)
         if slot is None:
             slot = self.slots[subscriber.key] = ProxySlot(subscriber.key, subscriber)
@@ -129,7 +142,7 @@ class Registry:
     def close(self, entry: Entry, reason: Any) -> None:
         """Deliver the one closing message and forget the entry (its URIs, if any, are the
         worker's to forget: a close comes with the end of the session that held them)."""
-        if entry.state not in ("pending", "dead", "awaiting_ack"):
+        if entry.state not in UNANNOUNCED:
             self.emit(entry, entry.closed(reason))
         self._fx.reject(
             entry.ack_future, NotConnected(f"the subscription closed before it was acknowledged: {reason!r}")

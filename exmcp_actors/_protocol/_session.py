@@ -10,24 +10,25 @@ Its parts: the connection's life (``_lifecycle``: the phases of ``_state``, the
 handshake of ``_handshake``, reconnects), the pending-request table
 (``_pending``), the registry of entries (``_registry``), legacy listeners with
 the pause across a reconnect (``_listeners``), and modern subscriptions
-(``_subscriptions``). The session itself routes what the server sends and what
-the host asks to the part that owns it.
+(``_subscriptions``); each state of theirs is a table of ``_state``. The session
+itself routes what the server sends and what the host asks to the part that owns
+it; each part is given what it needs of the others when it is made, never the
+session itself.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
-from ._backoff import Backoff
+from ._config import SessionConfig
 from ._errors import ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
 from ._filters import LOG_MESSAGE, LOG_MESSAGES
-from ._handshake import ProtocolMode, with_modern_meta
-from ._host_checks import SESSION_NOTIFICATIONS, HostAbilities
+from ._handshake import with_modern_meta
+from ._host_checks import SESSION_NOTIFICATIONS
 from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
 from ._lifecycle import Lifecycle
@@ -35,30 +36,12 @@ from ._listeners import Listeners
 from ._pending import PendingTable
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
+from ._state import REGISTERING, UNANNOUNCED, EntryState, Pause
 from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
 
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
-
-
-@dataclass(frozen=True, slots=True)
-class SessionConfig:
-    mode: ProtocolMode
-    reconnect: bool
-    max_reconnect_attempts: int
-    backoff: Backoff
-    probe_timeout: float
-    client_info: dict[str, Any]
-    #: Seconds each stage of a connect or reconnect may take (see ``_stages``).
-    stage_timeout: float = 10.0
-    #: Which server requests the host answers; ``capabilities`` is what that advertises.
-    host: HostAbilities = field(default_factory=HostAbilities)
-    roots: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def capabilities(self) -> dict[str, Any]:
-        return self.host.capabilities()
 
 
 class Session:
@@ -75,9 +58,28 @@ class Session:
         self.effects = ev.Effects()
         self.pending = PendingTable(self.effects)
         self.registry = Registry(index if index is not None else ListenerIndex(), self.effects)
-        self.listeners = Listeners(self.registry)
-        self.subscriptions = Subscriptions(self)
-        self.life = Lifecycle(self)
+        self.listeners = Listeners(self.registry, self._drop, name)
+        self.subscriptions = Subscriptions(
+            self.registry,
+            self.effects,
+            ids,
+            config,
+            name,
+            cancel_on_wire=self.cancel_on_wire,
+            generation=lambda: self.generation,
+            relistened=self._relistened,
+        )
+        self.life = Lifecycle(
+            config,
+            name,
+            self.effects,
+            ids,
+            self.pending,
+            self.registry,
+            self.listeners,
+            self.subscriptions,
+            self.restore_log_level,
+        )
         self.host = HostRequests(self.effects, config.host, list(config.roots), name)
         #: The host's log level; a modern peer gets it in every request's ``_meta``.
         self.log_level: str | None = None
@@ -104,9 +106,9 @@ class Session:
     @property
     def lane_generation(self) -> int | None:
         """The connection whose reader may deliver plain notifications itself (see ``_lane``):
-        only while settled (ready, legacy, not paused by a reconnect, not closing)."""
+        only while settled (ready, legacy, not paused by a reconnect; a closed one is not ready)."""
         life = self.life
-        settled = life.ready and life.era == "legacy" and not self.listeners.paused and not life.closing
+        settled = life.ready and life.era == "legacy" and self.listeners.pause is Pause.NONE
         return life.generation if settled else None
 
     def start(self) -> None:
@@ -134,7 +136,8 @@ class Session:
             "proxies": len(registry.slots),
             "pending": len(self.pending),
             "subscriptions": len(registry.by_listen_id),
-            "paused": self.listeners.paused,
+            "paused": self.listeners.pause is not Pause.NONE,
+            "held": self.listeners.held_count,
             "generation": self.generation,
             "in_handler": len(self.host.in_handler),
             "host_answers": self.host.answers_seen,
@@ -145,7 +148,7 @@ class Session:
     def _frames(self, message: ev.Frames) -> None:
         generation = message.generation
         on_notification, index, out = self._on_notification, self.registry.index, self.effects.out
-        listeners, life = self.listeners, self.life
+        listeners, life, delivering = self.listeners, self.life, Pause.NONE
         for frame in message.frames:
             if generation != life.generation:
                 return  # this connection is gone (a failed handshake answer earlier in the batch)
@@ -153,7 +156,7 @@ class Session:
                 parts = notification_parts(frame)
                 if parts is None:
                     self._on_frame(frame)
-                elif listeners.paused or for_a_subscription(*parts):
+                elif listeners.pause is not delivering or for_a_subscription(*parts):
                     on_notification(parts[0], parts[1])
                 else:
                     dispatch(index, parts[0], parts[1], out)
@@ -205,7 +208,7 @@ class Session:
             self._modern_log(params)
         elif for_a_subscription(method, params):
             self.subscriptions.on_notification(subscription_id_of(params), method, params)
-        elif self.listeners.paused:
+        elif self.listeners.pause is not Pause.NONE:
             self.listeners.hold(method, params)
         else:
             dispatch(self.registry.index, method, params, self.effects.out)
@@ -215,7 +218,7 @@ class Session:
         subscription: they reach every modern handle whose filter asked for ``logMessages``."""
         registry = self.registry
         for entry in list(registry.by_listen_id.values()):
-            if entry.state == "live" and LOG_MESSAGES in entry.requested.categories:
+            if entry.state is EntryState.LIVE and LOG_MESSAGES in entry.requested.categories:
                 registry.emit(entry, entry.event(LOG_MESSAGE, params))
 
     # -- requests --------------------------------------------------------------------------
@@ -302,7 +305,7 @@ class Session:
         """Remove a handle for its host. The host, not the actor, then asks the worker to
         release its URIs, so unsubscribe returns once the wire is done and the actor never waits."""
         entry = self.registry.entries.get(message.handle_id)
-        if entry is None or entry.state in ("pending", "dead"):
+        if entry is None or entry.state in REGISTERING:
             raise ListenerNotFound()
         if entry.era == "modern":
             self.subscriptions.cancel_on_wire(entry)
@@ -317,15 +320,15 @@ class Session:
             entry = registry.entries.get(handle_id)
             if entry is None:
                 continue
-            if entry.state == "pending":
-                entry.state = "dead"  # its registering caller releases what it acquired
+            if entry.state is EntryState.PENDING:
+                entry.to(EntryState.DEAD)  # its registering caller releases what it acquired
                 continue
             logger.debug("%s: subscriber of %r is gone; removing it", self.name, entry.handle)
             self._drop(entry)
 
     def _overflowed(self, message: ev.Overflowed) -> None:
         entry = self.registry.entries.get(message.handle_id)
-        if entry is None or entry.state in ("pending", "dead", "awaiting_ack"):
+        if entry is None or entry.state in UNANNOUNCED:
             return  # removed meanwhile (or never delivered to: nothing can have overflowed)
         logger.warning(
             "%s: %r had more messages waiting than its max_pending allows; it is closed", self.name, entry.handle
@@ -345,6 +348,11 @@ class Session:
             return
         self.listeners.resume(report)
         self.life.resubscribed()
+
+    def _relistened(self, handle_id: Any) -> None:
+        """A subscription a reconnect re-listened is acknowledged again (the life is made after
+        the subscriptions, so they reach it through here)."""
+        self.life.relistened(handle_id)
 
     def _relisten(self, message: ev.Relisten) -> None:
         self.subscriptions.relisten(message, self.ready and self.era == "modern")

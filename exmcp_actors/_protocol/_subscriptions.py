@@ -7,26 +7,27 @@ acknowledged filter. When its stream drops (the connection, or on HTTP its own
 stream) it is ``relistening`` until a new listen is acknowledged, then
 ``resyncing`` while the snapshot is refetched off the actor (a watch skips the
 snapshot and reports ``Reconnected``), then ``live`` again. Events that arrive
-while it is not live are held and released in order afterwards.
+while it is not live are held and released in order afterwards. These states and
+their moves are the :class:`~._state.EntryState` table.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from . import _messages as m
+from ._config import SessionConfig
 from ._errors import ConnectionLost, ListenerNotFound, ProtocolError, RequestError, SubscriberNotAlive
-from ._events import ArmTimer, CancelSubscription, FetchSnapshot, Relisten, ResyncDone
+from ._events import ArmTimer, CancelSubscription, Effects, FetchSnapshot, Relisten, ResyncDone
 from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
 from ._jsonrpc import ErrorResponse, RequestBuilder, Response, is_transport_failure
-from ._registry import Entry
-
-if TYPE_CHECKING:
-    from ._session import Session
+from ._registry import Entry, Registry
+from ._state import HOLDING, EntryState
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -35,16 +36,38 @@ MAX_HELD_EVENTS = 10_000
 
 
 class Subscriptions:
-    """The modern side of a session's registry."""
+    """The modern side of a session's registry.
 
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._registry = session.registry
+    What it needs of the rest of the session comes as callables: ``cancel_on_wire(request_id,
+    reason)`` sends a cancellation on the current connection (if one is ready),
+    ``generation()`` tags the connection in hand, and ``relistened(handle_id)`` tells the
+    connection's life that a subscription its reconnect re-listened is acknowledged again."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        effects: Effects,
+        ids: RequestBuilder,
+        config: SessionConfig,
+        name: str,
+        *,
+        cancel_on_wire: Callable[[Any, str], None],
+        generation: Callable[[], int],
+        relistened: Callable[[Any], None],
+    ) -> None:
+        self._registry = registry
+        self._fx = effects
+        self._ids = ids
+        self._config = config
+        self._name = name
+        self._cancel_on_wire = cancel_on_wire
+        self._generation = generation
+        self._relistened = relistened
 
     def open(self, handle: Any, kind: str, flt: NotificationFilter, subscriber: Any, acknowledged: Any) -> None:
         if not subscriber.alive():
             raise SubscriberNotAlive()
-        entry = self._registry.add(handle, kind, "modern", flt, subscriber, "awaiting_ack")
+        entry = self._registry.add(handle, kind, "modern", flt, subscriber, EntryState.AWAITING_ACK)
         entry.ack_future = acknowledged
         self.listen(entry)
 
@@ -53,19 +76,18 @@ class Subscriptions:
         by_listen_id = self._registry.by_listen_id
         if entry.listen_id is not None:
             by_listen_id.pop(entry.listen_id, None)
-        session = self._session
-        entry.listen_id = f"listen-{session.ids.next_id()}"
-        entry.held = [] if entry.state == "awaiting_ack" or entry.held is None else entry.held
+        entry.listen_id = f"listen-{self._ids.next_id()}"
+        entry.held = [] if entry.state is EntryState.AWAITING_ACK or entry.held is None else entry.held
         by_listen_id[entry.listen_id] = entry
         handle = entry.handle
         if hasattr(handle, "subscription_id"):
             handle.subscription_id = entry.listen_id
         params = with_modern_meta(
             {"notifications": entry.requested.as_dict(wire=True)},
-            session.config.client_info,
-            with_tasks_extension(session.config.capabilities, entry.requested.task_ids is not None),
+            self._config.client_info,
+            with_tasks_extension(self._config.capabilities, entry.requested.task_ids is not None),
         )
-        session.effects.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
+        self._fx.send(RequestBuilder.request("subscriptions/listen", params, entry.listen_id))
 
     def relisten_dropped(self) -> list[Any]:
         """On a new modern connection: listen again for every entry whose stream dropped.
@@ -73,7 +95,7 @@ class Subscriptions:
         Returns the ids of the handles re-listened."""
         relistened = []
         for entry in self._registry.of_era("modern"):
-            if entry.state == "relistening" and entry.listen_id is None:
+            if entry.state is EntryState.RELISTENING and entry.listen_id is None:
                 self.listen(entry)
                 relistened.append(entry.handle.id)
         return relistened
@@ -86,56 +108,52 @@ class Subscriptions:
     def on_notification(self, subscription_id: Any, method: str, params: dict[str, Any]) -> None:
         entry = self._registry.by_listen_id.get(subscription_id)
         if entry is None:
-            logger.warning("%s: %s for unknown subscription id %r skipped", self._session.name, method, subscription_id)
+            logger.warning("%s: %s for unknown subscription id %r skipped", self._name, method, subscription_id)
             return
         if method == ACK_METHOD:
             self._acknowledged(entry, params)
             return
         if method not in FILTERABLE_METHODS:
-            logger.debug(
-                "%s: %s on subscription %r (not an event) skipped", self._session.name, method, subscription_id
-            )
+            logger.debug("%s: %s on subscription %r (not an event) skipped", self._name, method, subscription_id)
             return
-        if entry.acknowledged is None or entry.state in ("awaiting_ack", "resyncing", "relistening"):
+        if entry.acknowledged is None or entry.state in HOLDING:
             if entry.held is None:
                 entry.held = []
             if len(entry.held) < MAX_HELD_EVENTS:
                 entry.held.append((method, params))
             else:
-                logger.warning("%s: too many events held for %r; dropping", self._session.name, entry.handle)
+                logger.warning("%s: too many events held for %r; dropping", self._name, entry.handle)
             return
         if entry.acknowledged.enables(method, params, sub_resources=True):
             self._registry.emit(entry, entry.event(method, _unstamped(params)))
         else:
-            logger.info(
-                "%s: event %s outside the acknowledged filter of %r dropped", self._session.name, method, entry.handle
-            )
+            logger.info("%s: event %s outside the acknowledged filter of %r dropped", self._name, method, entry.handle)
 
     def _acknowledged(self, entry: Entry, params: dict[str, Any]) -> None:
-        registry, effects = self._registry, self._session.effects
+        registry, effects = self._registry, self._fx
         ack = filter_from_wire(params.get("notifications"))
         if ack is None or not ack.is_within(entry.requested):
             acked = params.get("notifications")
             why = f"acknowledgment {acked!r} is wider than the request {entry.requested.as_dict()!r}"
             if ack is None:
                 why = f"malformed acknowledgment {acked!r}"
-            logger.error("%s: %s; closing the subscription", self._session.name, why)
+            logger.error("%s: %s; closing the subscription", self._name, why)
             self.cancel_on_wire(entry)
-            if entry.state == "awaiting_ack":
+            if entry.state is EntryState.AWAITING_ACK:
                 effects.reject(entry.ack_future, ProtocolError(why, reason=("invalid_acknowledgment", acked)))
                 registry.forget(entry.handle.id)
             else:
                 registry.close(entry, ("protocol_error", why))
             return
-        first = entry.state == "awaiting_ack"
+        first = entry.state is EntryState.AWAITING_ACK
         entry.acknowledged = ack
         if not first:
-            self._session.life.relistened(handle_id=entry.handle.id)
+            self._relistened(entry.handle.id)
         handle = entry.handle
         if hasattr(handle, "acknowledged_filter"):
             handle.acknowledged_filter = ack.as_dict()
         if first:
-            entry.state = "live"
+            entry.to(EntryState.LIVE)
             future, entry.ack_future = entry.ack_future, None
             effects.resolve(future, ack)
             self._release_held(entry)
@@ -144,10 +162,10 @@ class Subscriptions:
             # A watch has no snapshot: the re-listen reports like a legacy reconnect.
             report = {"resubscribed": list(ack.uris), "failed": []}
             registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, report))
-            entry.state = "live"
+            entry.to(EntryState.LIVE)
             self._release_held(entry)
             return
-        entry.state = "resyncing"
+        entry.to(EntryState.RESYNCING)
         assert entry.listen_id is not None
         effects.do(FetchSnapshot(handle.id, entry.listen_id, ack))
 
@@ -160,10 +178,10 @@ class Subscriptions:
 
     def answered(self, entry: Entry, msg: Response | ErrorResponse) -> None:
         """The listen request itself was answered: the server ended the stream, or refused it."""
-        registry, session = self._registry, self._session
+        registry, config = self._registry, self._config
         if isinstance(msg, Response):
-            if entry.state == "awaiting_ack":
-                session.effects.reject(
+            if entry.state is EntryState.AWAITING_ACK:
+                self._fx.reject(
                     entry.ack_future, ProtocolError("the server ended the subscription before acknowledging it")
                 )
                 registry.forget(entry.handle.id)
@@ -171,22 +189,22 @@ class Subscriptions:
             registry.close(entry, ("complete", msg.result))
             return
         error = RequestError(msg.code, msg.message, msg.data)
-        if is_transport_failure(msg) and entry.state != "awaiting_ack":
+        if is_transport_failure(msg) and entry.state is not EntryState.AWAITING_ACK:
             # HTTP: this subscription's stream dropped, or its re-listen could not reach the
             # server. Not the server's answer: re-listen after a backoff (or on reconnect).
             self.stream_dropped(entry)
             entry.relisten_attempts += 1
-            if entry.relisten_attempts > session.config.max_reconnect_attempts:
+            if entry.relisten_attempts > config.max_reconnect_attempts:
                 registry.close(entry, ("reconnect_exhausted", error.as_term()))
                 return
-            delay = session.config.backoff.delay(entry.relisten_attempts)
-            session.effects.do(ArmTimer(delay, Relisten(entry.handle.id, session.generation)))
+            delay = config.backoff.delay(entry.relisten_attempts)
+            self._fx.do(ArmTimer(delay, Relisten(entry.handle.id, self._generation())))
             return
-        if entry.state == "awaiting_ack":
-            session.effects.reject(entry.ack_future, error)
+        if entry.state is EntryState.AWAITING_ACK:
+            self._fx.reject(entry.ack_future, error)
             registry.forget(entry.handle.id)
             return
-        if entry.state in ("resyncing", "relistening") and entry.kind == "subscription":
+        if entry.state in (EntryState.RESYNCING, EntryState.RELISTENING) and entry.kind == "subscription":
             registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
         registry.close(entry, ("error", error.as_term()))
 
@@ -194,34 +212,32 @@ class Subscriptions:
 
     def stream_dropped(self, entry: Entry) -> None:
         """An entry's stream is gone (its connection, or its own HTTP stream): re-listen later."""
-        if entry.state == "awaiting_ack":
+        if entry.state is EntryState.AWAITING_ACK:
             # Never acknowledged: the listen() call is still waiting; fail it.
-            self._session.effects.reject(
-                entry.ack_future, ConnectionLost("the connection was lost before the acknowledgment")
-            )
+            self._fx.reject(entry.ack_future, ConnectionLost("the connection was lost before the acknowledgment"))
             self._registry.forget(entry.handle.id)
             return
-        if entry.state == "live" and entry.kind == "subscription":
+        if entry.state is EntryState.LIVE and entry.kind == "subscription":
             self._registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, "started"))
-        entry.state = "relistening"
+        entry.to(EntryState.RELISTENING)
         if entry.listen_id is not None:
             self._registry.by_listen_id.pop(entry.listen_id, None)
             entry.listen_id = None
 
     def relisten(self, message: Relisten, modern_ready: bool) -> None:
         entry = self._registry.entries.get(message.handle_id)
-        if entry is None or entry.state != "relistening" or message.generation != self._session.generation:
+        if entry is None or entry.state is not EntryState.RELISTENING or message.generation != self._generation():
             return
         if modern_ready:
             self.listen(entry)
 
     def resync_done(self, message: ResyncDone) -> None:
         entry = self._registry.entries.get(message.handle_id)
-        if entry is None or entry.listen_id != message.listen_id or entry.state != "resyncing":
+        if entry is None or entry.listen_id != message.listen_id or entry.state is not EntryState.RESYNCING:
             return  # stale: the subscription dropped again or was closed meanwhile
-        state = ("complete", message.snapshot) if message.error is None else ("failed", message.error)
-        self._registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, state))
-        entry.state = "live"
+        outcome = ("complete", message.snapshot) if message.error is None else ("failed", message.error)
+        self._registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, outcome))
+        entry.to(EntryState.LIVE)
         entry.relisten_attempts = 0
         self._release_held(entry)
 
@@ -229,7 +245,7 @@ class Subscriptions:
         """A legacy watch whose peer turned modern carries on as a subscription."""
         self._registry.index.remove(entry.handle.id)
         entry.era = "modern"
-        entry.state = "relistening"
+        entry.to(EntryState.RELISTENING)
         entry.acknowledged = None
         self.listen(entry)
 
@@ -237,7 +253,7 @@ class Subscriptions:
 
     def cancel_on_wire(self, entry: Entry) -> None:
         if entry.listen_id is not None:
-            self._session.cancel_on_wire(entry.listen_id, "cancelled by the client")
+            self._cancel_on_wire(entry.listen_id, "cancelled by the client")
             self._registry.by_listen_id.pop(entry.listen_id, None)
             entry.listen_id = None
 
@@ -247,7 +263,7 @@ class Subscriptions:
             raise ListenerNotFound()
         self.cancel_on_wire(entry)
         if message.reason is None:
-            self._session.effects.reject(entry.ack_future, ListenerNotFound("cancelled before the acknowledgment"))
+            self._fx.reject(entry.ack_future, ListenerNotFound("cancelled before the acknowledgment"))
             self._registry.forget(entry.handle.id)
         else:
             self._registry.close(entry, message.reason)

@@ -23,10 +23,11 @@ import pykka
 
 from .._delivery._targets import Subscriber
 from .._protocol import _events as ev
+from .._protocol._config import SessionConfig
 from .._protocol._errors import TransportError, error_term
 from .._protocol._filters import NotificationFilter
 from .._protocol._registry import ProxySlot as Slot
-from .._protocol._session import Session, SessionConfig
+from .._protocol._session import Session
 from .._protocol._state import Phase
 from .._transport._base import FrameSink, Transport
 from .._util._scheduler import TimerHandle, call_later

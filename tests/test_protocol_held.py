@@ -1,0 +1,155 @@
+"""The backlog held across a legacy reconnect is bounded like a handle's pending messages:
+change signals coalesce at the bound, a signal of a new key is held up to twice the bound,
+and a listener that would miss anything else ends with ("overflow", bound)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from test_protocol_session import Driver, event, notice, only, thread_subscriber, uris
+
+from exmcp_actors._api._handle import Handle
+from exmcp_actors._protocol import _messages as m
+from exmcp_actors._protocol._events import Release, ResubscribeReport, ToWorker
+from exmcp_actors._protocol._listeners import MAX_HELD_NOTIFICATIONS
+from exmcp_actors._protocol._state import Pause
+
+BOUND = MAX_HELD_NOTIFICATIONS
+UPDATED = "notifications/resources/updated"
+TOOLS_CHANGED = "notifications/tools/list_changed"
+LOG = "notifications/message"
+
+
+def updated(uri: str, n: int) -> dict[str, Any]:
+    return notice(UPDATED, {"uri": uri, "n": n})
+
+
+def tools_changed(n: int) -> dict[str, Any]:
+    return notice(TOOLS_CHANGED, {"n": n})
+
+
+def log_line(n: int) -> dict[str, Any]:
+    return notice(LOG, {"level": "info", "data": f"line {n}"})
+
+
+def paused(*filters: dict[str, Any]) -> tuple[Driver, list[Handle]]:
+    """A legacy session reconnected after a loss with a listener per filter, the report not in yet."""
+    driver = Driver("legacy").connect()
+    handles = [driver.listener(flt, thread_subscriber()) for flt in filters]
+    driver.lose()
+    driver.reconnect()
+    assert driver.session.listeners.pause is Pause.HELD
+    return driver, handles
+
+
+def report(driver: Driver) -> list[Any]:
+    return driver.feed(ResubscribeReport(driver.generation, frozenset(), {}))
+
+
+def after_reconnected(driver: Driver, handle: Handle) -> list[Any]:
+    received = driver.received(handle)
+    assert received[0].tag == m.RECONNECTED
+    return received[1:]
+
+
+def test_below_the_bound_every_notification_is_held_in_wire_order_duplicates_too() -> None:
+    driver, [listener] = paused(uris("file:///a"))
+    driver.frames(updated("file:///a", 1), updated("file:///a", 2), updated("file:///a", 3))
+    report(driver)
+    assert after_reconnected(driver, listener) == [
+        event(listener, UPDATED, {"uri": "file:///a", "n": n}) for n in (1, 2, 3)
+    ]
+
+
+def test_fifty_thousand_held_signals_stay_within_the_bound_and_keep_the_latest_per_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keys = [f"file:///{i}" for i in range(100)]
+    driver, [listener] = paused({"toolsListChanged": True, "resourceSubscriptions": keys})
+    latest: dict[Any, int] = {}
+    frames = []
+    for n in range(50_000):
+        if n % 101 == 0:
+            frames.append(tools_changed(n))
+            latest[TOOLS_CHANGED] = n
+        else:
+            uri = keys[n % len(keys)]
+            frames.append(updated(uri, n))
+            latest[uri] = n
+    with caplog.at_level(logging.WARNING, logger="exmcp_actors"):
+        driver.frames(*frames)
+    listeners = driver.session.listeners
+    assert listeners.held_count == BOUND  # every key was held already: each later one coalesced
+    assert listeners.pause is Pause.FULL
+    [warning] = [r for r in caplog.records if "held across the reconnect" in r.getMessage()]
+    assert "10000 notifications held" in warning.getMessage()
+    report(driver)
+    delivered = after_reconnected(driver, listener)
+    assert len(delivered) == BOUND
+    last_seen: dict[Any, int] = {}
+    for message in delivered:
+        key = message.method if message.method == TOOLS_CHANGED else message.params["uri"]
+        last_seen[key] = message.params["n"]
+    assert last_seen == latest
+    assert listeners.pause is Pause.NONE and listeners.held_count == 0
+    assert driver.session.registry.entries[listener.id].handle is listener  # not closed
+
+
+def test_signals_of_new_keys_past_the_bound_are_held_up_to_twice_the_bound_then_overflow_their_listener() -> None:
+    late = "file:///late"
+    driver, [early, reached_late] = paused({"toolsListChanged": True}, uris(late))
+    driver.frames(*(tools_changed(n) for n in range(BOUND)))
+    driver.frames(*(updated(f"file:///{n}", n) for n in range(BOUND)))  # new keys, held
+    assert driver.session.listeners.held_count == 2 * BOUND
+    driver.frames(updated(late, 0), tools_changed(BOUND))  # a new key past twice the bound; a held key
+    assert driver.session.listeners.held_count == 2 * BOUND
+    effects = report(driver)
+    assert len(after_reconnected(driver, early)) == BOUND
+    assert after_reconnected(driver, reached_late) == [m.Closed(m.CLOSED, reached_late, ("overflow", BOUND))]
+    assert ToWorker(Release(reached_late.id)) in only(effects, ToWorker)
+    assert reached_late.id not in driver.session.registry.entries
+    assert early.id in driver.session.registry.entries
+
+
+def test_a_non_signal_past_the_bound_closes_each_listener_it_would_have_reached_when_the_pause_ends() -> None:
+    driver, [logs, other] = paused(
+        {"logMessages": True, "resourceSubscriptions": ["file:///b"]}, {"resourceSubscriptions": ["file:///a"]}
+    )
+    driver.frames(*(log_line(n) for n in range(BOUND)))
+    assert driver.session.listeners.pause is Pause.FULL
+    driver.frames(log_line(BOUND), updated("file:///a", 1), updated("file:///b", 2))
+    effects = report(driver)
+    got = after_reconnected(driver, logs)
+    # What was held before the one it missed, then its end: nothing after the gap.
+    assert got[:-1] == [event(logs, LOG, {"level": "info", "data": f"line {n}"}) for n in range(BOUND)]
+    assert got[-1] == m.Closed(m.CLOSED, logs, ("overflow", BOUND))
+    # Dropped as an overflowed handle is: its URIs released, the entry gone.
+    assert ToWorker(Release(logs.id)) in only(effects, ToWorker)
+    assert logs.id not in driver.session.registry.entries
+    # A listener the dropped message would not have reached misses nothing.
+    assert after_reconnected(driver, other) == [event(other, UPDATED, {"uri": "file:///a", "n": 1})]
+    assert other.id in driver.session.registry.entries
+
+
+def test_a_listener_removed_before_the_pause_ends_gets_no_overflow() -> None:
+    driver, [logs] = paused({"logMessages": True})
+    driver.frames(*(log_line(n) for n in range(BOUND + 1)))
+    driver.session.registry.forget(logs.id)
+    report(driver)
+    assert driver.received(logs) == []
+
+
+def test_the_next_pause_starts_with_an_empty_backlog_below_its_bound() -> None:
+    driver, [logs] = paused({"logMessages": True, "toolsListChanged": True})
+    driver.frames(*(tools_changed(n) for n in range(BOUND + 5)))
+    report(driver)
+    listeners = driver.session.listeners
+    assert listeners.pause is Pause.NONE
+    driver.lose()
+    driver.reconnect()
+    assert listeners.pause is Pause.HELD and listeners.held_count == 0
+    driver.frames(log_line(0), tools_changed(0), tools_changed(1))
+    report(driver)
+    assert [message.method for message in after_reconnected(driver, logs)] == [LOG, TOOLS_CHANGED, TOOLS_CHANGED]
