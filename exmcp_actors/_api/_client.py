@@ -1,4 +1,4 @@
-"""The public face: ``connect()`` and the thread-safe :class:`Client` facade."""
+"""The thread-safe :class:`Client` facade: registrations, removals and the lifecycle of one connection."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""_transport.websocket."""
+"""The WebSocket transport (subprotocol ``"mcp"``) and its sans-IO frame parser."""
