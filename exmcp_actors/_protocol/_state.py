@@ -29,6 +29,8 @@ from __future__ import annotations
 import enum
 from typing import Final
 
+from ._errors import TransitionError  # defined with the other errors; importable from here too
+
 
 class Phase(enum.Enum):
     """Where a connection stands."""
@@ -68,10 +70,6 @@ TRANSITIONS: Final[dict[tuple[Phase, Move], Phase]] = {
     **{(phase, Move.RETRY): Phase.RECONNECTING for phase in _NOT_READY},
     **{(phase, Move.CLOSE): Phase.CLOSED for phase in Phase},
 }
-
-
-class TransitionError(RuntimeError):
-    """A move the state table does not allow: a bug in this library, not the peer's fault."""
 
 
 class ConnectionState:

@@ -16,13 +16,21 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import _messages as m
-from ._errors import ConnectionLost, ListenerNotFound, ProtocolError, RequestError, SubscriberNotAlive
+from ._errors import (
+    ConnectionLost,
+    ListenerNotFound,
+    ProtocolError,
+    RequestError,
+    SubscriberNotAlive,
+    TransportError,
+    error_term,
+)
 from ._events import ArmTimer, CancelSubscription, FetchSnapshot, Relisten, ResyncDone
 from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
-from ._jsonrpc import ErrorResponse, RequestBuilder, Response, is_transport_failure
+from ._jsonrpc import Answer, RequestBuilder, RequestFailed, Response
 from ._registry import Entry
 
 if TYPE_CHECKING:
@@ -158,8 +166,9 @@ class Subscriptions:
             if ack is not None and ack.enables(method, params, sub_resources=True):
                 self._registry.emit(entry, entry.event(method, _unstamped(params)))
 
-    def answered(self, entry: Entry, msg: Response | ErrorResponse) -> None:
-        """The listen request itself was answered: the server ended the stream, or refused it."""
+    def answered(self, entry: Entry, msg: Answer) -> None:
+        """The listen request itself was answered: the server ended the stream, or refused it;
+        or the transport failed its exchange."""
         registry, session = self._registry, self._session
         if isinstance(msg, Response):
             if entry.state == "awaiting_ack":
@@ -170,14 +179,14 @@ class Subscriptions:
                 return
             registry.close(entry, ("complete", msg.result))
             return
-        error = RequestError(msg.code, msg.message, msg.data)
-        if is_transport_failure(msg) and entry.state != "awaiting_ack":
+        error = msg.error if isinstance(msg, RequestFailed) else RequestError(msg.code, msg.message, msg.data)
+        if isinstance(error, TransportError) and entry.state != "awaiting_ack":
             # HTTP: this subscription's stream dropped, or its re-listen could not reach the
             # server. Not the server's answer: re-listen after a backoff (or on reconnect).
             self.stream_dropped(entry)
             entry.relisten_attempts += 1
             if entry.relisten_attempts > session.config.max_reconnect_attempts:
-                registry.close(entry, ("reconnect_exhausted", error.as_term()))
+                registry.close(entry, ("reconnect_exhausted", error_term(error)))
                 return
             delay = session.config.backoff.delay(entry.relisten_attempts)
             session.effects.do(ArmTimer(delay, Relisten(entry.handle.id, session.generation)))
@@ -187,8 +196,10 @@ class Subscriptions:
             registry.forget(entry.handle.id)
             return
         if entry.state in ("resyncing", "relistening") and entry.kind == "subscription":
-            registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
-        registry.close(entry, ("error", error.as_term()))
+            registry.emit(
+                entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error_term(error)))
+            )
+        registry.close(entry, ("error", error_term(error)))
 
     # -- drops, re-listens and resyncs -----------------------------------------------------
 
