@@ -21,7 +21,7 @@ from typing import Any, Self
 from websockets.sync.server import Server, ServerConnection, serve
 from websockets.typing import Subprotocol
 
-from exmcp_actors._transport._base import Frame, InvalidFrame
+from exmcp_actors._transport._base import Frame, InvalidFrame, RequestFailed
 
 #: Generous bound for anything that should happen "soon".
 WAIT = 10.0
@@ -121,6 +121,19 @@ class RecordingSink:
             ),
             timeout,
         )
+
+    def about(self, request_id: Any) -> list[Frame]:
+        """Every frame so far with the id ``request_id``: its answer, or its failure."""
+        return [
+            f
+            for f in self.frames
+            if (isinstance(f, dict) and f.get("id") == request_id)
+            or (isinstance(f, RequestFailed) and f.id == request_id)
+        ]
+
+    def wait_failure(self, request_id: Any, timeout: float | None = None) -> RequestFailed:
+        """The transport's failure of the request ``request_id`` (no answer will come)."""
+        return self.wait_frame(lambda f: isinstance(f, RequestFailed) and f.id == request_id, timeout)  # type: ignore[no-any-return]
 
     def wait_method(self, method: str, timeout: float | None = None) -> dict[str, Any]:
         """The first frame whose method is ``method``."""

@@ -63,13 +63,15 @@ def test_a_400_naming_the_session_on_a_post_reports_the_session_gone(fake_link: 
     fake.expire_session()
     transport.send({"jsonrpc": "2.0", "id": 5, "method": "test/json"})
     assert sink.wait_lost() == "session unknown to the server (400)"
-    assert sink.wait_response(5)["error"]["data"]["httpStatus"] == 400
+    failed = sink.wait_failure(5).error
+    assert isinstance(failed, mcp.ExchangeFailed) and failed.status == 400
 
 
 def test_a_400_that_does_not_name_the_session_is_only_the_requests_error(fake_link: Any) -> None:
     _, transport, sink = fake_link()
     transport.send({"jsonrpc": "2.0", "id": 6, "method": "test/status", "params": {"status": 400}})
-    sink.wait_response(6)
+    failed = sink.wait_failure(6).error
+    assert isinstance(failed, mcp.ExchangeFailed) and failed.status == 400
     assert sink.lost == []
 
 

@@ -332,7 +332,7 @@ def test_every_public_exception_prints_as_a_sentence_and_shows_as_exmcp_actors()
     assert len(errors) >= 10
     for cls in errors:
         assert cls.__module__ == "exmcp_actors", cls
-        if cls in (mcp.SubscribeFailed, mcp.RequestError):
+        if cls in (mcp.SubscribeFailed, mcp.RequestError, mcp.ExchangeFailed):
             continue  # their arguments make their sentence (checked below)
         error = cls()
         text = str(error)
@@ -343,6 +343,9 @@ def test_every_public_exception_prints_as_a_sentence_and_shows_as_exmcp_actors()
     failed = mcp.SubscribeFailed(URI_A, {"code": -32602, "message": "no"})
     assert str(failed).startswith("resources/subscribe failed for")
     assert str(mcp.RequestError(-32601, "Method not found")).startswith("the server answered with JSON-RPC error")
+    dropped = mcp.ExchangeFailed("HTTP 503 Service Unavailable", status=503)
+    assert str(dropped) == "the transport failed the request: HTTP 503 Service Unavailable"
+    assert dropped.reason == ("transport_error", 503, "HTTP 503 Service Unavailable")
     assert f"{mcp.SubscriberNotAlive.__module__}.{mcp.SubscriberNotAlive.__qualname__}" == (
         "exmcp_actors.SubscriberNotAlive"
     )

@@ -7,9 +7,17 @@ from typing import Any
 
 import pytest
 
-from exmcp_actors._protocol._errors import ConnectionLost, NotConnected, RequestError
+from exmcp_actors._protocol._errors import (
+    ConnectionLost,
+    ExchangeFailed,
+    InternalError,
+    NotConnected,
+    ProtocolError,
+    RequestError,
+    TransportError,
+)
 from exmcp_actors._protocol._events import Effects, Settle
-from exmcp_actors._protocol._jsonrpc import ErrorResponse, Response
+from exmcp_actors._protocol._jsonrpc import ErrorResponse, RequestFailed, Response
 from exmcp_actors._protocol._pending import Answer, PendingTable
 
 
@@ -28,7 +36,7 @@ def one_rejection(effects: Effects, future: Future[Any]) -> BaseException:
     return effect.error
 
 
-def error_for(answer: ErrorResponse, method: str = "resources/read") -> BaseException:
+def error_for(answer: ErrorResponse | RequestFailed, method: str = "resources/read") -> BaseException:
     """What the host's future of a ``method`` request fails with when ``answer`` comes back."""
     pending, effects = table()
     future: Future[Any] = Future()
@@ -56,20 +64,33 @@ def test_an_error_answer_rejects_with_a_request_error_carrying_code_message_and_
 
 
 @pytest.mark.parametrize(
-    ("code", "data"),
+    "cause",
     [
-        (-32001, {"streamDropped": True}),
-        (-32000, {"transportError": "connection refused"}),
-        (-32001, {"transportError": None}),
-        (-32000, {"httpStatus": 500}),
-        (-32000, {"httpStatus": 503}),
+        ExchangeFailed("the response stream dropped before the answer"),
+        ExchangeFailed("connection error: ConnectError: [Errno 111] Connection refused"),
+        ExchangeFailed("HTTP 503 Service Unavailable", status=503, body="try later"),
     ],
-    ids=["stream-dropped", "transport-error", "transport-error-key-only", "http-500", "http-503"],
+    ids=["stream-dropped", "connection-refused", "http-503"],
 )
-def test_an_error_the_transport_made_up_is_a_lost_connection(code: int, data: dict[str, Any]) -> None:
-    error = error_for(ErrorResponse(1, code, "the stream ended", data))
-    assert type(error) is ConnectionLost
-    assert str(error) == f"resources/read: the stream ended ({data})"
+def test_a_failed_exchange_rejects_with_the_transports_error_a_lost_connection_with_its_status(
+    cause: ExchangeFailed,
+) -> None:
+    error = error_for(RequestFailed(1, cause))
+    assert error is cause
+    assert isinstance(error, ConnectionLost) and isinstance(error, TransportError)
+    assert str(error) == f"the transport failed the request: {cause.what}"
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [ProtocolError("the server answered a request with HTTP 202 Accepted and no response"), InternalError("a bug")],
+    ids=["the-servers-fault", "ours"],
+)
+def test_a_request_failed_for_another_reason_rejects_with_that_reason_not_a_lost_connection(
+    cause: Exception,
+) -> None:
+    error = error_for(RequestFailed(1, cause))
+    assert error is cause and not isinstance(error, ConnectionLost)
 
 
 @pytest.mark.parametrize(
@@ -81,10 +102,24 @@ def test_an_error_the_transport_made_up_is_a_lost_connection(code: int, data: di
         (-32000, {"httpStatus": 499}),
         (-32000, {"httpStatus": "503"}),
         (-32000, ["transportError"]),
+        (-32001, {"streamDropped": True}),
+        (-32000, {"transportError": "connection refused"}),
+        (-32000, {"httpStatus": 503}),
     ],
-    ids=["not-dropped", "no-data", "dropped-flag-on-another-code", "http-499", "status-not-an-int", "data-a-list"],
+    ids=[
+        "not-dropped",
+        "no-data",
+        "dropped-flag-on-another-code",
+        "http-499",
+        "status-not-an-int",
+        "data-a-list",
+        "shaped-like-a-dropped-stream",
+        "shaped-like-a-transport-error",
+        "shaped-like-an-http-503",
+    ],
 )
 def test_an_error_the_server_sent_stays_a_request_error(code: int, data: Any) -> None:
+    # Whatever its code and data look like: only a RequestFailed is the transport's failure.
     error = error_for(ErrorResponse(1, code, "refused", data))
     assert type(error) is RequestError
     assert error.code == code and error.data == data
@@ -110,7 +145,13 @@ def test_each_request_is_answered_once() -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", [Response(3, {"ok": True}), ErrorResponse(3, -32000, "no", {"httpStatus": 502})], ids=["result", "error"]
+    "answer",
+    [
+        Response(3, {"ok": True}),
+        ErrorResponse(3, -32000, "no"),
+        RequestFailed(3, ExchangeFailed("HTTP 502", status=502)),
+    ],
+    ids=["result", "error", "failed-exchange"],
 )
 def test_an_internal_callback_runs_at_once_with_the_answer_itself(answer: Answer) -> None:
     pending, effects = table()

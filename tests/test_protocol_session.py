@@ -20,6 +20,7 @@ from exmcp_actors._protocol._config import SessionConfig
 from exmcp_actors._protocol._errors import (
     ConnectError,
     ConnectionLost,
+    ExchangeFailed,
     ListenerNotFound,
     ListenRequiresModern,
     NotConnected,
@@ -63,10 +64,11 @@ from exmcp_actors._protocol._events import (
 from exmcp_actors._protocol._filters import NotificationFilter, normalize_filter
 from exmcp_actors._protocol._handshake import META_SUBSCRIPTION_ID, ProtocolMode, modern_meta
 from exmcp_actors._protocol._index import ACK_METHOD
-from exmcp_actors._protocol._jsonrpc import RequestBuilder
+from exmcp_actors._protocol._jsonrpc import RequestBuilder, RequestFailed
 from exmcp_actors._protocol._registry import ProxySlot
 from exmcp_actors._protocol._session import Session
 from exmcp_actors._protocol._state import Pause, Phase
+from exmcp_actors._transport.http import STREAM_DROPPED
 
 T = TypeVar("T")
 
@@ -97,9 +99,9 @@ def failure(request_id: Any, code: int, message: str, data: Any = None) -> dict[
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
-def stream_dropped(listen_id: Any) -> dict[str, Any]:
-    """What the HTTP transport makes up when one request's SSE stream ends early."""
-    return failure(listen_id, -32001, "stream dropped", {"streamDropped": True})
+def stream_dropped(listen_id: Any) -> RequestFailed:
+    """What the HTTP transport delivers when one request's SSE stream ends early."""
+    return RequestFailed(listen_id, ExchangeFailed(STREAM_DROPPED))
 
 
 PING = {"jsonrpc": "2.0", "id": "s1", "method": "ping"}
@@ -1059,7 +1061,7 @@ def test_a_subscription_whose_relistens_keep_dropping_is_closed_as_exhausted() -
         [listen] = sent(driver.feed(timer.event))
         listen_id = listen["id"]
     effects = driver.frames(stream_dropped(listen_id))
-    term = {"code": -32001, "message": "stream dropped", "data": {"streamDropped": True}}
+    term = ("transport_error", None, STREAM_DROPPED)
     assert driver.received(handle) == [
         m.SubscriptionClosed(m.SUBSCRIPTION_CLOSED, handle, ("reconnect_exhausted", term))
     ]

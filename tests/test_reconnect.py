@@ -322,12 +322,9 @@ def test_an_in_flight_http_request_fails_quickly_when_the_server_dies(
     thread.join(WAIT)
 
     assert kind == "error", f"the call returned {error!r}"
-    # HTTP has no connection to lose: the broken response stream fails the request
-    # (ConnectionLost, or the transport's synthesized "stream dropped" error).
-    if isinstance(error, mcp.RequestError):
-        assert error.code in (-32000, -32001) and isinstance(error.data, dict), error
-    else:
-        assert isinstance(error, mcp.NotConnected), f"unexpected {error!r}"
+    # HTTP has no connection to lose: the broken response stream fails the request as the
+    # transport's failure (ExchangeFailed, a ConnectionLost), never as a server's error answer.
+    assert isinstance(error, mcp.ConnectionLost) and not isinstance(error, mcp.RequestError), f"unexpected {error!r}"
     assert failed_after < 5.0, f"the caller waited {failed_after:.1f}s"
 
 

@@ -13,6 +13,8 @@ import pytest
 from helpers_transport import RawWsPeer
 
 import exmcp_actors as mcp
+from exmcp_actors._protocol._errors import TransitionError
+from exmcp_actors._protocol._session import Session
 from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
 
 TIMEOUT = 5.0
@@ -72,6 +74,33 @@ def test_a_bad_frame_is_logged_and_skipped_and_the_client_and_its_listener_carry
     if word:
         logged = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
         assert word.lower() in logged.lower(), logged
+
+
+def test_our_own_bug_handling_a_frame_closes_the_client_as_crashed_and_is_not_blamed_on_the_server(
+    client: mcp.Client, server: FakeServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener = client.subscribe_notifications({"resourceSubscriptions": [URI]})
+    original = Session._on_server_request
+
+    def buggy(session: Session, msg: Any) -> None:
+        if msg.method == "test/bug":
+            raise TransitionError("no move 'negotiated' from the ready phase")
+        original(session, msg)
+
+    monkeypatch.setattr(Session, "_on_server_request", buggy)
+    caplog.set_level(logging.DEBUG, logger="exmcp_actors")
+
+    server.request("test/bug")  # a server request: the client actor handles it, not the reader
+
+    closed = listener.get(timeout=TIMEOUT)
+    assert isinstance(closed, mcp.Closed)
+    assert closed.reason == ("crashed", "TransitionError(\"no move 'negotiated' from the ready phase\")")
+    assert client.status == "disconnected"
+    internal = [r for r in caplog.records if "internal error handling a frame" in r.getMessage()]
+    assert len(internal) == 1 and internal[0].levelno == logging.ERROR and internal[0].exc_info
+    assert not [r for r in caplog.records if "invalid frame" in r.getMessage()]  # never the peer's fault
+    with pytest.raises(mcp.NotConnected):
+        client.list_tools()
 
 
 def test_a_server_ping_is_answered_and_an_unknown_server_request_gets_method_not_found(

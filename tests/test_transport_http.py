@@ -13,9 +13,10 @@ import pytest
 from helpers_transport import RecordingSink
 from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
 
-from exmcp_actors._protocol._errors import TransportError
-from exmcp_actors._transport._base import InvalidFrame
-from exmcp_actors._transport.http import HTTP_ERROR, STREAM_DROPPED, HttpTransport
+import exmcp_actors as mcp
+from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, TransportError
+from exmcp_actors._transport._base import InvalidFrame, RequestFailed
+from exmcp_actors._transport.http import STREAM_DROPPED, HttpTransport
 from exmcp_actors._transport.http import _pump as pump_module
 from exmcp_actors._transport.http import _session as session_module
 from exmcp_actors._transport.http._sse import SSEEvent, SSEParser
@@ -302,11 +303,19 @@ def test_a_modern_request_carries_version_method_and_name_headers(fake_server, o
 
 
 # --------------------------------------------------------------------------
-# HTTP failures become error responses
+# HTTP failures fail the request as the transport's (or the server's) fault, never as a made-up answer
+
+
+def failed_exchange(sink: RecordingSink, request_id: Any) -> ExchangeFailed:
+    """The transport's failure of ``request_id``; no JSON-RPC answer was made up for it."""
+    error = sink.wait_failure(request_id).error
+    assert isinstance(error, ExchangeFailed), error
+    assert [f for f in sink.about(request_id) if isinstance(f, dict)] == []
+    return error
 
 
 @pytest.mark.parametrize("status", [400, 404, 405])
-def test_a_legacy_server_refusing_the_probe_yields_an_http_error_response(
+def test_a_legacy_server_refusing_the_probe_fails_it_with_the_http_status(
     fake_server, open_transport, status: int
 ) -> None:
     _, url = fake_server(probe_status=status)
@@ -314,10 +323,9 @@ def test_a_legacy_server_refusing_the_probe_yields_an_http_error_response(
 
     transport.send(request("probe", "server/discover", modern=True))
 
-    error = sink.wait_response("probe")["error"]
-    assert error["code"] == HTTP_ERROR
-    assert error["message"].startswith(f"HTTP {status} ")
-    assert error["data"] == {"httpStatus": status, "body": f"no such thing ({status})"}
+    error = failed_exchange(sink, "probe")
+    assert error.what.startswith(f"HTTP {status} ")
+    assert (error.status, error.body) == (status, f"no such thing ({status})")
     # The client falls back to initialize on the same connection.
     start_legacy_session(transport, sink)
     assert sink.lost == []
@@ -342,21 +350,32 @@ def test_an_http_error_with_a_text_body_is_quoted(fake_server, open_transport) -
 
     transport.send(request(5, "test/status", {"status": 500, "body": "boom" * 500}))
 
-    error = sink.wait_response(5)["error"]
-    assert error["message"] == "HTTP 500 Internal Server Error"
-    assert error["data"]["httpStatus"] == 500
-    assert error["data"]["body"] == ("boom" * 500)[:1000]
+    error = failed_exchange(sink, 5)
+    assert error.what == "HTTP 500 Internal Server Error"
+    assert error.status == 500
+    assert error.body == ("boom" * 500)[:1000]
 
 
-def test_a_202_for_a_request_is_an_error(fake_server, open_transport) -> None:
+def test_an_http_503_on_a_post_is_a_failed_exchange_carrying_the_status(fake_server, open_transport) -> None:
+    _, url = fake_server(sessions=False)
+    transport, sink = open_transport(url)
+
+    transport.send(request(7, "test/status", {"status": 503, "body": "overloaded"}))
+
+    error = failed_exchange(sink, 7)
+    assert (error.status, error.what, error.body) == (503, "HTTP 503 Service Unavailable", "overloaded")
+    assert error.reason == ("transport_error", 503, "HTTP 503 Service Unavailable")
+    assert sink.lost == []  # one exchange failed; the transport carries on
+
+
+def test_a_202_for_a_request_fails_it_as_the_servers_protocol_error(fake_server, open_transport) -> None:
     _, url = fake_server(sessions=False)
     transport, sink = open_transport(url)
 
     transport.send(request(6, "test/accepted"))
 
-    error = sink.wait_response(6)["error"]
-    assert error["code"] == HTTP_ERROR
-    assert error["data"] == {"httpStatus": 202}
+    error = sink.wait_failure(6).error
+    assert isinstance(error, ProtocolError) and error.reason == ("no_response", 202)
 
 
 def test_a_batch_body_is_an_invalid_frame(fake_server, open_transport) -> None:
@@ -365,10 +384,10 @@ def test_a_batch_body_is_an_invalid_frame(fake_server, open_transport) -> None:
 
     transport.send(request(9, "test/batch"))
 
-    sink.wait_response(9)
-    bad, error = sink.batches[0]
+    sink.wait_failure(9)
+    bad, failed = sink.batches[0]
     assert isinstance(bad, InvalidFrame) and "batch" in bad.error
-    assert error["error"]["code"] == HTTP_ERROR
+    assert isinstance(failed, RequestFailed) and isinstance(failed.error, ProtocolError)
 
 
 def test_an_oversized_event_is_an_invalid_frame_and_drops_the_stream(fake_server, open_transport, caplog) -> None:
@@ -379,7 +398,7 @@ def test_an_oversized_event_is_an_invalid_frame_and_drops_the_stream(fake_server
 
     # The stream broke the size cap: it is no longer read (the response behind the event is
     # not waited for); without SSE ids to resume from, the request fails as a dropped stream.
-    assert sink.wait_response(10)["error"]["code"] == STREAM_DROPPED
+    assert failed_exchange(sink, 10).what == STREAM_DROPPED
     assert isinstance(sink.frames[0], InvalidFrame)
     assert "SSE stream dropped: the server sent an event larger than 1000 bytes" in caplog.text
     transport.send(request(11, "test/json"))
@@ -422,9 +441,8 @@ def test_an_unreachable_server_fails_the_request_and_loses_the_transport(
 
     transport.send(request(15, "server/discover", modern=True))
 
-    error = sink.wait_response(15)["error"]
-    assert error["code"] == HTTP_ERROR
-    assert error["data"]["transportError"].startswith("ConnectError")
+    error = failed_exchange(sink, 15)
+    assert error.what.startswith("connection error: ConnectError") and error.status is None
     assert sink.wait_lost().startswith("server unreachable")
 
 
@@ -442,14 +460,40 @@ def test_a_stream_ending_before_its_response_reports_stream_dropped(
 
     transport.send(request("listen-1", method, modern=modern))
 
-    error = sink.wait_response("listen-1")["error"]
-    assert error == {
-        "code": STREAM_DROPPED,
-        "message": "stream dropped",
-        "data": {"streamDropped": True},
-    }
+    error = failed_exchange(sink, "listen-1")
+    assert (error.what, error.status) == (STREAM_DROPPED, None)
+    assert error.reason == ("transport_error", None, STREAM_DROPPED)
     assert sink.frames[0]["method"] == "notifications/message"
     assert sink.lost == []
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "status", "what"),
+    [
+        ("test/status", {"status": 503, "body": "overloaded"}, 503, "HTTP 503 Service Unavailable"),
+        ("test/abort", {}, None, STREAM_DROPPED),  # the connection is reset mid-stream
+    ],
+    ids=["http-503-on-a-post", "reset-mid-stream"],
+)
+def test_a_hosts_call_whose_exchange_fails_raises_the_transports_error_and_the_client_stays_ready(
+    fake_server, caplog, method: str, params: dict[str, Any], status: int | None, what: str
+) -> None:
+    _, url = fake_server(sessions=False)
+    client = mcp.connect(HttpTransport(url), reconnect=False)
+    try:
+        caplog.set_level(logging.DEBUG, logger="exmcp_actors")
+        with pytest.raises(mcp.ExchangeFailed) as info:
+            client.request(method, params, timeout=WAIT)
+        assert (info.value.status, info.value.what) == (status, what)
+        assert isinstance(info.value, mcp.ConnectionLost) and isinstance(info.value, mcp.TransportError)
+        assert not isinstance(info.value, mcp.RequestError)  # no server answered
+        assert client.status == "ready"
+        assert client.request("test/json", {}, timeout=WAIT)["echo"] is not None
+        logged = [r.getMessage() for r in caplog.records if r.name == "exmcp_actors" and r.levelno >= logging.WARNING]
+        assert not [text for text in logged if "frame" in text or "request id" in text], logged  # no bad answer
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        client.disconnect()
 
 
 def test_a_legacy_stream_with_event_ids_is_resumed_with_a_get(fake_server, open_transport) -> None:
@@ -476,7 +520,7 @@ def test_cancel_stream_closes_a_modern_listen_stream(fake_server, open_transport
     assert transport.cancel_stream("listen-2") is True
     assert fake.wait_until(lambda: fake.disconnected == ["listen-2"])
     assert quiet(transport)
-    assert [f for f in sink.frames if f.get("id") == "listen-2"] == []  # no "stream dropped"
+    assert sink.about("listen-2") == []  # no "stream dropped" failure
     assert transport.cancel_stream("listen-2") is False
 
 
@@ -504,7 +548,7 @@ def test_cancel_stream_interrupts_a_request_still_waiting_for_its_headers(fake_s
     fake.release()
     transport.send(request(18, "test/json"))
     sink.wait_response(18)
-    assert [f for f in sink.frames if f.get("id") == "slow"] == []
+    assert sink.about("slow") == []
 
 
 def test_cancel_stream_of_an_unknown_id_is_false(fake_server, open_transport) -> None:
@@ -754,7 +798,7 @@ def test_the_sdk_server_in_the_modern_era(sdk_server, open_transport) -> None:
 
     assert transport.cancel_stream("listen-1") is True
     assert quiet(transport)
-    assert [f for f in sink.frames if f.get("id") == "listen-1"] == []
+    assert sink.about("listen-1") == []
     assert sink.lost == []
 
 
@@ -825,10 +869,10 @@ def test_an_oversized_json_body_is_an_invalid_frame_and_an_error(fake_server, op
 
     transport.send(request(30, "test/json", {"pad": "x" * 200}))
 
-    sink.wait_response(30)
-    bad, error = sink.batches[0]
+    sink.wait_failure(30)
+    bad, failed = sink.batches[0]
     assert isinstance(bad, InvalidFrame) and "larger than 50" in bad.error
-    assert error["id"] == 30 and error["error"]["code"] == HTTP_ERROR
+    assert isinstance(failed, RequestFailed) and failed.id == 30 and isinstance(failed.error, ProtocolError)
 
 
 def test_requests_in_the_modern_era_carry_mcp_method_without_meta(fake_server, open_transport) -> None:

@@ -1,4 +1,16 @@
-"""Exceptions raised to the host, each with a ``.reason`` mirroring the Elixir error term."""
+"""Exceptions raised to the host, each with a ``.reason`` mirroring the Elixir error term, and
+the one kind that is never the host's to handle: a bug of ours.
+
+Whose fault a failure is decides its type, and none is disguised as another:
+
+* the peer's: :class:`ProtocolError` (it sent what the protocol forbids: a bad frame is
+  logged and skipped, a wider acknowledgment fails the host's call) or :class:`RequestError`
+  (it answered a request with a JSON-RPC error);
+* the transport's: :class:`TransportError` (it could not be opened, it is closed) and
+  :class:`ExchangeFailed` (one request's exchange failed, so no answer will come);
+* ours: :class:`InternalError` (:class:`TransitionError` and the like); never reported as
+  the peer's fault, and a client hit by one closes with ``("crashed", error)``.
+"""
 
 from __future__ import annotations
 
@@ -26,10 +38,13 @@ class ConnectError(Error):
 
 
 class TransportError(Error):
-    """The transport failed: it could not be opened, or it is closed."""
+    """The transport failed: it could not be opened, it is closed, or (:class:`ExchangeFailed`)
+    one request's exchange failed."""
 
     reason = "transport_error"
     default_message = "the transport failed or is closed"
+    #: The HTTP status of the failed exchange; None when there was no HTTP answer.
+    status: int | None = None
 
 
 class FilterError(Error, ValueError):
@@ -121,11 +136,42 @@ class ConnectionLost(NotConnected):
     default_message = "the connection was lost while the request was in flight"
 
 
+class ExchangeFailed(ConnectionLost, TransportError):
+    """The transport failed one request's exchange, so the server's answer will never come:
+    the connection was refused or reset, the response stream dropped before the answer, or
+    an HTTP error arrived that is no JSON-RPC answer (``.status``; ``.body`` quotes it).
+
+    A :class:`ConnectionLost` as well: like a drop on any other transport, the request
+    failed with its connection, not by the server's answer.
+    """
+
+    def __init__(self, what: str, *, status: int | None = None, body: str | None = None) -> None:
+        #: What happened, in a few words ("stream dropped before the answer", "HTTP 503 ...").
+        self.what = what
+        self.status = status
+        self.body = body
+        super().__init__(f"the transport failed the request: {what}", reason=("transport_error", status, what))
+
+
 class ProtocolError(Error):
-    """The peer broke the protocol (for example a widened acknowledgment)."""
+    """The peer sent something the protocol forbids: a malformed frame (logged and skipped,
+    never raised to the host), a widened acknowledgment, a reply that is no answer."""
 
     reason = "protocol_error"
     default_message = "the server broke the MCP protocol"
+
+
+class InternalError(RuntimeError):
+    """A bug in this library, never the peer's fault nor the host's.
+
+    Not an :class:`Error`: a host's ``except mcp.Error`` is for what may go wrong with a
+    server, and must not swallow a bug. A client whose session hits one closes every
+    handle with ``("crashed", error)`` rather than carry on in a state it cannot trust.
+    """
+
+
+class TransitionError(InternalError):
+    """A move the state table does not allow (see ``_state``): a bug in this library, not the peer's fault."""
 
 
 #: Shown as ``exmcp_actors.X`` in tracebacks and reprs, where hosts import them from.
@@ -143,6 +189,7 @@ for _public in (
     RequestError,
     RequestTimeout,
     ConnectionLost,
+    ExchangeFailed,
     ProtocolError,
 ):
     _public.__module__ = "exmcp_actors"

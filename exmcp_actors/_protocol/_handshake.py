@@ -6,7 +6,7 @@ It moves the connection into the PROBING and INITIALIZING phases of the state
 table in ``_state.py``; the session makes it READY on ``Negotiated``::
 
     start(auto|modern) -> PROBING --discover result--> READY (modern)
-                            | any other error / timeout (auto) --> INITIALIZING
+                            | any other error, a failed exchange, a timeout (auto) --> INITIALIZING
     start(legacy) -------> INITIALIZING --result--> READY (legacy) (+ notifications/initialized)
                             | -32022 (a late probe locked the peer modern) --> PROBING (once)
     a bad answer: Failed (the session decides whether to retry or close)
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._errors import ConnectError
-from ._jsonrpc import UNSUPPORTED_VERSION, ErrorResponse, RequestBuilder, Response, notification
+from ._errors import ConnectError, error_term
+from ._jsonrpc import UNSUPPORTED_VERSION, Answer, ErrorResponse, RequestBuilder, RequestFailed, notification
 from ._state import ConnectionState, Move, Phase
 from ._versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, MODERN_VERSIONS, Era, era_of
 
@@ -138,8 +138,8 @@ class Handshake:
         """Whether an answer with this id belongs to the handshake."""
         return self._outstanding is not None and request_id == self._outstanding
 
-    def on_answer(self, answer: Response | ErrorResponse) -> list[Action]:
-        """Feed the answer to the outstanding handshake request."""
+    def on_answer(self, answer: Answer) -> list[Action]:
+        """Feed the answer (or the transport's failure) to the outstanding handshake request."""
         if not self.owns(answer.id):
             return []
         self._outstanding = None
@@ -178,7 +178,12 @@ class Handshake:
     def _fail(self, why: str, reason: Any = "handshake_failed") -> list[Action]:
         return [Failed(ConnectError(why, reason=reason))]
 
-    def _probe_answered(self, answer: Response | ErrorResponse) -> list[Action]:
+    def _probe_answered(self, answer: Answer) -> list[Action]:
+        if isinstance(answer, RequestFailed):
+            if self.mode == "modern":
+                return self._fail(f"server/discover failed: {answer.error}")
+            # A legacy HTTP server refuses the unknown method at the HTTP level (400, 404, 405).
+            return self._initialize()
         if isinstance(answer, ErrorResponse):
             supported = _supported_versions(answer.data) if answer.code == UNSUPPORTED_VERSION else None
             if answer.code == UNSUPPORTED_VERSION:
@@ -213,7 +218,10 @@ class Handshake:
             )
         ]
 
-    def _initialize_answered(self, answer: Response | ErrorResponse) -> list[Action]:
+    def _initialize_answered(self, answer: Answer) -> list[Action]:
+        if isinstance(answer, RequestFailed):
+            why = f"initialize failed: {answer.error}"
+            return self._fail(why, reason=("initialize_failed", error_term(answer.error)))
         if isinstance(answer, ErrorResponse):
             supported = _supported_versions(answer.data)
             if (

@@ -132,6 +132,13 @@ def check_progress(params: dict[str, Any]) -> str | None:
     return None
 
 
+def check_cancelled(params: dict[str, Any]) -> str | None:
+    request_id = params.get("requestId")  # optional: a task's cancellation may come without it
+    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int, float))):
+        return "requestId must be a string or a number"
+    return None
+
+
 def check_log(params: dict[str, Any]) -> str | None:
     if params.get("level") not in LOG_LEVELS:
         return f"level must be one of {', '.join(LOG_LEVELS)}"

@@ -25,6 +25,7 @@ from ._host_checks import (
     ROOTS,
     ROOTS_CHANGED,
     HostAbilities,
+    check_cancelled,
     check_log,
     check_progress,
     check_request,
@@ -119,11 +120,10 @@ class HostRequests:
     def on_notification(self, method: str, params: dict[str, Any]) -> bool:
         """Handle a notification meant for the host. True: done; False: route it to listeners."""
         if method == CANCELLED:
-            request_id = params.get("requestId")
-            if self.in_handler.pop(request_id, None) is not None:
-                logger.info("%s: the server cancelled request %r; its answer will not be sent", self.name, request_id)
-            return True
-        if method == PROGRESS:
+            why = check_cancelled(params)
+            if why is None:
+                self._cancelled(params.get("requestId"))
+        elif method == PROGRESS:
             why = check_progress(params)
             if why is None:
                 self.effects.do(ev.ProgressNoted(params))
@@ -141,6 +141,10 @@ class HostRequests:
         if why is not None:
             self._warn(method, why, params)
         return True
+
+    def _cancelled(self, request_id: Any) -> None:
+        if self.in_handler.pop(request_id, None) is not None:
+            logger.info("%s: the server cancelled request %r; its answer will not be sent", self.name, request_id)
 
     def _warn(self, method: str, why: str, params: Any) -> None:
         self._dropped += 1

@@ -16,13 +16,6 @@ import jsonrpcclient
 
 JSONRPC = "2.0"
 
-# Error answers a transport makes up for a request it could not complete, so the
-# request fails instead of hanging. Their ``data`` says why (see the HTTP transport).
-#: An HTTP failure, an unusable reply or a connection error.
-HTTP_ERROR = -32000
-#: A response stream ended without the response (``data.streamDropped``).
-STREAM_DROPPED = -32001
-
 
 @dataclass(frozen=True, slots=True)
 class InvalidFrame:
@@ -37,7 +30,25 @@ class InvalidFrame:
     raw: bytes = b""
 
 
-#: What a sink receives per frame: the decoded JSON value, or an InvalidFrame.
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """A transport could not complete the exchange of one of our requests: no answer will
+    come. Delivered in a batch like a frame, so it keeps its place in the wire order.
+
+    Never a JSON-RPC frame: a server's error answer and a transport's failure stay apart.
+
+    Attributes:
+        id: the id of the request that failed (named like an answer's).
+        error: why: a :class:`~._errors.TransportError` (the connection or the HTTP exchange
+            failed), a :class:`~._errors.ProtocolError` (the server's reply was no answer) or
+            an :class:`~._errors.InternalError` (a bug in the transport).
+    """
+
+    id: Any
+    error: Exception
+
+
+#: What a sink receives per frame: the decoded JSON value, an InvalidFrame or a RequestFailed.
 Frame = Any
 
 
@@ -96,6 +107,8 @@ class Invalid:
 
 
 Incoming = Response | ErrorResponse | ServerRequest | Notification | Invalid
+#: How one of our requests ends: the server's answer, or the transport's failure.
+Answer = Response | ErrorResponse | RequestFailed
 
 
 def _is_id(value: Any) -> bool:
@@ -215,15 +228,3 @@ def error_frame(request_id: Any, code: int, message: str, data: Any = None) -> d
     if data is not None:
         error["data"] = data
     return {"jsonrpc": JSONRPC, "id": request_id, "error": error}
-
-
-def is_transport_failure(answer: ErrorResponse) -> bool:
-    """Whether an error answer was made up by the transport (a dropped stream, an unreachable
-    server, an HTTP 5xx) rather than sent by the server as its answer."""
-    data = answer.data
-    if not isinstance(data, dict):
-        return False
-    if answer.code == STREAM_DROPPED and data.get("streamDropped"):
-        return True
-    status = data.get("httpStatus")
-    return "transportError" in data or (isinstance(status, int) and status >= 500)

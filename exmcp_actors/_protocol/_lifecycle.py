@@ -160,7 +160,7 @@ class Lifecycle:
         if stage is not None and self.handshake is not None:
             self.stages.enter(stage, self.generation)
 
-    def _handshake_answer(self, answer: rpc.Response | rpc.ErrorResponse) -> None:
+    def _handshake_answer(self, answer: rpc.Answer) -> None:
         if self.handshake is not None:
             self._run_handshake(self.handshake.on_answer(answer))
 

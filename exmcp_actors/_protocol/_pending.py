@@ -6,11 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import ConnectionLost, Error, RequestError
+from ._errors import Error, RequestError
 from ._events import Effects
-from ._jsonrpc import ErrorResponse, Response, is_transport_failure
-
-Answer = Response | ErrorResponse
+from ._jsonrpc import Answer, RequestFailed, Response
 
 
 @dataclass(eq=False, slots=True)
@@ -46,7 +44,8 @@ class PendingTable:
         return pending is not None and pending.callback is None
 
     def answer(self, msg: Answer) -> bool:
-        """Route an answer to whoever waits for it; False if no request has this id."""
+        """Route an answer (or the transport's failure) to whoever waits for it; False if no
+        request has this id."""
         pending = self._pending.pop(msg.id, None)
         if pending is None:
             return False
@@ -54,9 +53,8 @@ class PendingTable:
             pending.callback(msg)
         elif isinstance(msg, Response):
             self._fx.resolve(pending.future, msg.result)
-        elif is_transport_failure(msg):
-            # Made up by the transport (HTTP): the same exception as a drop on any other transport.
-            self._fx.reject(pending.future, ConnectionLost(f"{pending.method}: {msg.message} ({msg.data})"))
+        elif isinstance(msg, RequestFailed):
+            self._fx.reject(pending.future, msg.error)  # the transport's own words, typed as its fault
         else:
             self._fx.reject(pending.future, RequestError(msg.code, msg.message, msg.data))
         return True

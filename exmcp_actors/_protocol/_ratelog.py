@@ -1,4 +1,5 @@
-"""A rate-limited logger: bad input from a server costs at most one record per interval and kind."""
+"""A rate-limited logger: bad input from a server (or a bug it trips) costs at most one record per
+interval and kind."""
 
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ class RateLimitedLog:
 
     def warning(self, kind: str, msg: str, *args: Any, exc_info: bool = False) -> bool:
         """Log ``msg % args`` at WARNING unless a record of ``kind`` went out lately; whether it was logged."""
+        return self._log(logging.WARNING, kind, msg, args, exc_info)
+
+    def error(self, kind: str, msg: str, *args: Any, exc_info: bool = False) -> bool:
+        """Like :meth:`warning`, at ERROR."""
+        return self._log(logging.ERROR, kind, msg, args, exc_info)
+
+    def _log(self, level: int, kind: str, msg: str, args: tuple[Any, ...], exc_info: bool) -> bool:
         now = self._clock()
         if now < self._next.get(kind, now):
             self._skipped[kind] = self._skipped.get(kind, 0) + 1
@@ -44,5 +52,5 @@ class RateLimitedLog:
         if skipped:
             msg += " (%d more like it in the last %gs were not logged)"
             args = (*args, skipped, self._interval)
-        self._logger.warning(msg, *args, exc_info=exc_info)
+        self._logger.log(level, msg, *args, exc_info=exc_info)
         return True

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _messages as m
-from ._errors import NotConnected
+from ._errors import NotConnected, TransitionError
 from ._events import Effects, Outbox, Release, RetireProxy, StartProxy, ToWorker
 from ._filters import NotificationFilter
 from ._index import Index
-from ._state import ENTRY_MOVES, ENTRY_STARTS, UNANNOUNCED, EntryState, TransitionError, checked_move
+from ._state import ENTRY_MOVES, ENTRY_STARTS, UNANNOUNCED, EntryState, checked_move
 
 _new_tuple = tuple.__new__
 

@@ -25,7 +25,15 @@ from typing import Any
 from . import _events as ev
 from . import _jsonrpc as rpc
 from ._config import SessionConfig
-from ._errors import ConnectionLost, ListenerNotFound, ListenRequiresModern, NotConnected, UseListen
+from ._errors import (
+    ConnectError,
+    ConnectionLost,
+    ListenerNotFound,
+    ListenRequiresModern,
+    NotConnected,
+    ProtocolError,
+    UseListen,
+)
 from ._filters import LOG_MESSAGE, LOG_MESSAGES
 from ._handshake import with_modern_meta
 from ._host_checks import SESSION_NOTIFICATIONS
@@ -55,6 +63,8 @@ class Session:
         self.name = name
         #: Bad frames and stray answers from the server: logged, at a bounded rate.
         self._bad_input = RateLimitedLog(logger)
+        #: Our own bugs while handling a frame: logged apart, at a bounded rate too.
+        self._internal = RateLimitedLog(logger)
         self.effects = ev.Effects()
         self.pending = PendingTable(self.effects)
         self.registry = Registry(index if index is not None else ListenerIndex(), self.effects)
@@ -160,11 +170,35 @@ class Session:
                     on_notification(parts[0], parts[1])
                 else:
                     dispatch(index, parts[0], parts[1], out)
-            except Exception:  # one bad frame must never take the client down
-                # Rate-limited too: a frame that trips a bug may come once per read.
-                self._bad_input.warning("failed", "%s: failed to handle frame %.200r", self.name, frame, exc_info=True)
+            except ProtocolError as error:  # the peer's fault: one bad frame never takes the client down
+                self._bad_input.warning("invalid", "%s: skipped an invalid frame from the server: %s", self.name, error)
+            except Exception as error:  # ours, whatever the frame was: never blamed on the peer
+                self._internal_error(frame, error)
+                return  # the client is closing: the rest of the batch would meet the same state
+
+    def _internal_error(self, frame: rpc.Frame, error: Exception) -> None:
+        """A bug of ours tripped while handling ``frame``: the client closes with ``("crashed", ...)``.
+
+        Carrying on would risk the worst outcome, a client that looks alive and is not: what
+        the bug left half done (an answer never routed, a phase never moved) stays undone.
+        The peer's bad input never comes here: where it is read, it raises :class:`ProtocolError`.
+        """
+        self._internal.error(
+            "internal", "%s: internal error handling a frame: %r (frame %.200r)", self.name, error, frame, exc_info=True
+        )
+        life = self.life
+        if life.closed:
+            return
+        reason = ("crashed", repr(error))
+        if not life.connection.was_ready:  # connect() reports it, rather than return a closed client
+            life.connect_error = ConnectError(f"the client crashed while connecting: {error!r}", reason=reason)
+        life.stop(reason)
 
     def _on_frame(self, frame: rpc.Frame) -> None:
+        """Act on a frame that is not a plain notification; raises ProtocolError for an invalid one."""
+        if type(frame) is rpc.RequestFailed:
+            self._on_answer(frame)
+            return
         msg = rpc.classify(frame)
         if isinstance(msg, rpc.Notification):
             self._on_notification(msg.method, msg.params if isinstance(msg.params, dict) else {})
@@ -173,9 +207,7 @@ class Session:
         elif isinstance(msg, rpc.ServerRequest):
             self._on_server_request(msg)
         else:
-            self._bad_input.warning(
-                "invalid", "%s: skipped an invalid frame from the server: %s (%.200r)", self.name, msg.why, msg.frame
-            )
+            raise ProtocolError(f"{msg.why} ({msg.frame!r:.200})", reason=("invalid_frame", msg.why))
 
     def _on_server_request(self, msg: rpc.ServerRequest) -> None:
         if msg.method == "ping":
@@ -184,11 +216,16 @@ class Session:
             logger.info("%s: server request %r is not supported; answering -32601", self.name, msg.method)
             self.effects.send(rpc.error_frame(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"))
 
-    def _on_answer(self, msg: rpc.Response | rpc.ErrorResponse) -> None:
+    def _on_answer(self, msg: rpc.Answer) -> None:
         entry = self.subscriptions.owns(msg.id)
         if entry is not None:
             self.subscriptions.answered(entry, msg)
-        elif not self.pending.answer(msg):
+            return
+        if self.pending.answer(msg):
+            return
+        if isinstance(msg, rpc.RequestFailed):  # finished meanwhile (timed out, cancelled): no one waits
+            logger.debug("%s: request %.100r is no longer pending: %s", self.name, msg.id, msg.error)
+        else:
             self._bad_input.warning(
                 "unknown-id", "%s: a response to an unknown request id %.100r was skipped", self.name, msg.id
             )
@@ -207,7 +244,10 @@ class Session:
         if method == LOG_MESSAGE and self.era == "modern" and subscription_id_of(params) is None:
             self._modern_log(params)
         elif for_a_subscription(method, params):
-            self.subscriptions.on_notification(subscription_id_of(params), method, params)
+            subscription_id = subscription_id_of(params)
+            if subscription_id is not None and not isinstance(subscription_id, (str, int, float)):
+                raise ProtocolError(f"{method} is stamped with a subscription id that is no string or number")
+            self.subscriptions.on_notification(subscription_id, method, params)
         elif self.listeners.pause is not Pause.NONE:
             self.listeners.hold(method, params)
         else:

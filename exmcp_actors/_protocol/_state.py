@@ -43,6 +43,8 @@ import enum
 from collections.abc import Mapping
 from typing import Final, TypeVar
 
+from ._errors import TransitionError
+
 
 class Phase(enum.Enum):
     """Where a connection stands."""
@@ -82,10 +84,6 @@ TRANSITIONS: Final[dict[tuple[Phase, Move], Phase]] = {
     **{(phase, Move.RETRY): Phase.RECONNECTING for phase in _NOT_READY},
     **{(phase, Move.CLOSE): Phase.CLOSED for phase in Phase},
 }
-
-
-class TransitionError(RuntimeError):
-    """A move the state table does not allow: a bug in this library, not the peer's fault."""
 
 
 class ConnectionState:

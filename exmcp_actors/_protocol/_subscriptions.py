@@ -19,13 +19,21 @@ from typing import Any
 
 from . import _messages as m
 from ._config import SessionConfig
-from ._errors import ConnectionLost, ListenerNotFound, ProtocolError, RequestError, SubscriberNotAlive
+from ._errors import (
+    ConnectionLost,
+    ListenerNotFound,
+    ProtocolError,
+    RequestError,
+    SubscriberNotAlive,
+    TransportError,
+    error_term,
+)
 from ._events import ArmTimer, CancelSubscription, Effects, FetchSnapshot, Relisten, ResyncDone
 from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
-from ._jsonrpc import ErrorResponse, RequestBuilder, Response, is_transport_failure
+from ._jsonrpc import Answer, RequestBuilder, RequestFailed, Response
 from ._registry import Entry, Registry
 from ._state import HOLDING, EntryState
 
@@ -176,8 +184,9 @@ class Subscriptions:
             if ack is not None and ack.enables(method, params, sub_resources=True):
                 self._registry.emit(entry, entry.event(method, _unstamped(params)))
 
-    def answered(self, entry: Entry, msg: Response | ErrorResponse) -> None:
-        """The listen request itself was answered: the server ended the stream, or refused it."""
+    def answered(self, entry: Entry, msg: Answer) -> None:
+        """The listen request itself was answered: the server ended the stream, or refused it;
+        or the transport failed its exchange."""
         registry, config = self._registry, self._config
         if isinstance(msg, Response):
             if entry.state is EntryState.AWAITING_ACK:
@@ -188,14 +197,14 @@ class Subscriptions:
                 return
             registry.close(entry, ("complete", msg.result))
             return
-        error = RequestError(msg.code, msg.message, msg.data)
-        if is_transport_failure(msg) and entry.state is not EntryState.AWAITING_ACK:
+        error = msg.error if isinstance(msg, RequestFailed) else RequestError(msg.code, msg.message, msg.data)
+        if isinstance(error, TransportError) and entry.state is not EntryState.AWAITING_ACK:
             # HTTP: this subscription's stream dropped, or its re-listen could not reach the
             # server. Not the server's answer: re-listen after a backoff (or on reconnect).
             self.stream_dropped(entry)
             entry.relisten_attempts += 1
             if entry.relisten_attempts > config.max_reconnect_attempts:
-                registry.close(entry, ("reconnect_exhausted", error.as_term()))
+                registry.close(entry, ("reconnect_exhausted", error_term(error)))
                 return
             delay = config.backoff.delay(entry.relisten_attempts)
             self._fx.do(ArmTimer(delay, Relisten(entry.handle.id, self._generation())))
@@ -205,8 +214,10 @@ class Subscriptions:
             registry.forget(entry.handle.id)
             return
         if entry.state in (EntryState.RESYNCING, EntryState.RELISTENING) and entry.kind == "subscription":
-            registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error.as_term())))
-        registry.close(entry, ("error", error.as_term()))
+            registry.emit(
+                entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error_term(error)))
+            )
+        registry.close(entry, ("error", error_term(error)))
 
     # -- drops, re-listens and resyncs -----------------------------------------------------
 

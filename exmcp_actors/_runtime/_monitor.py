@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .._protocol import _events as ev
-from .._protocol._errors import RequestTimeout
+from .._protocol._errors import InternalError, RequestTimeout
 from .._protocol._jsonrpc import Frame
 from .._protocol._session import Session
 
@@ -52,7 +52,7 @@ def settle_all(settles: list[ev.Settle]) -> None:
         settle(effect)
 
 
-class Reentered(RuntimeError):
+class Reentered(InternalError):
     """A thread that holds the monitor asked for it again: a bug of this library (it would
     wait for itself forever)."""
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 import abc
 from typing import Any, Protocol
 
-from .._protocol._jsonrpc import HTTP_ERROR, STREAM_DROPPED, Frame, InvalidFrame
+from .._protocol._jsonrpc import Frame, InvalidFrame, RequestFailed
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
-    "HTTP_ERROR",
-    "STREAM_DROPPED",
     "Frame",
     "FrameSink",
     "InvalidFrame",
+    "RequestFailed",
     "Transport",
 ]
 
@@ -34,7 +33,9 @@ class FrameSink(Protocol):
     """
 
     def frames_received(self, frames: list[Frame]) -> None:
-        """A batch of frames in wire order (decoded JSON values or InvalidFrame)."""
+        """A batch of frames in wire order: decoded JSON values, InvalidFrame, and (from a
+        transport with one exchange per request, HTTP) RequestFailed where a request's
+        exchange failed; never a made-up JSON-RPC error in its place."""
 
     def transport_lost(self, reason: str) -> None:
         """The connection ended (peer closed, process exited, I/O error). Called at most once."""

@@ -23,8 +23,8 @@ Where each part lives (each module's docstring tells the rules it keeps):
 * ``_requests.py``: one :class:`Post` per message; the requests in flight,
   by id, and ``cancel_stream``.
 * ``_session.py``: the session id, the negotiated version, the headers.
-* ``_exchange.py``: one POST: routing its answer, the synthesized error
-  responses, a 404 that ends the session.
+* ``_exchange.py``: one POST: routing its answer, the failure of a request
+  that gets none (whose fault, never a made-up answer), a 404 that ends the session.
 * ``_outlet.py``: the one way out to the sink; nothing after ``close`` or a loss.
 * ``_pump.py``: SSE body to frames, one batch per network read; the drain.
 * ``_resume.py``: the legacy GET stream and the resumption of a dropped
@@ -34,7 +34,7 @@ Where each part lives (each module's docstring tells the rules it keeps):
 
 from __future__ import annotations
 
-from .._base import HTTP_ERROR, STREAM_DROPPED
 from ._facade import HttpTransport
+from ._resume import STREAM_DROPPED
 
-__all__ = ["HTTP_ERROR", "STREAM_DROPPED", "HttpTransport"]
+__all__ = ["STREAM_DROPPED", "HttpTransport"]

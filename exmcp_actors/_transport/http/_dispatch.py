@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from .._base import HTTP_ERROR
+from ..._protocol._errors import ExchangeFailed
 from ._config import Config, logger
 
 if TYPE_CHECKING:
@@ -135,12 +135,7 @@ class Writer:
                     started = self._workers.submit(functools.partial(self._run, post))
                 except RuntimeError as exc:  # no thread to be had: fail this one, go on
                     logger.error("cannot start a worker for %s: %s", post.describe(), exc)
-                    self._outlet.fail(
-                        post,
-                        HTTP_ERROR,
-                        f"no worker thread: {exc}",
-                        {"transportError": str(exc)},
-                    )
+                    self._outlet.fail(post, ExchangeFailed(f"no thread to run the exchange: {exc}"))
                     post.cancelled = True  # its queued job must not run later
                     started = False
                 if started:

@@ -1,30 +1,34 @@
-"""One POST: send a message, route the answer, and make up an error response
-when there is no usable one.
+"""One POST: send a message, route the answer, and say whose fault it was when
+there is no usable one.
 
 Every outgoing message is an HTTP POST; the reply to a request is a JSON
 body or a ``text/event-stream`` (SSE) body carrying notifications, server
 requests and finally the response (read by ``_resume.py`` and ``_pump.py``).
 
-Synthesized frames. A request never hangs on an HTTP failure: the transport
-delivers a JSON-RPC error response for the request's id instead.
+A request never hangs on an HTTP failure, and the transport never makes up
+a server's answer: when none will come it delivers a ``RequestFailed`` for
+the request's id (``Outlet.fail``), whose error names the fault.
 
 * HTTP status outside 2xx whose body is a JSON-RPC error: the server's error
   is forwarded as is, with ``id`` set to the request's id (servers send
-  ``null`` when they reject before parsing the id).
-* Any other HTTP status outside 2xx, a 202/204 or an unusable body for a
-  request: ``{"code": -32000, "message": "HTTP 404 Not Found",
-  "data": {"httpStatus": 404, "body": "<first 1000 chars>"}}``.
+  ``null`` when they reject before parsing the id). That is an answer.
+* Any other HTTP status outside 2xx: :class:`ExchangeFailed` with
+  ``.status`` (404, 503, ...) and ``.body`` (its first 1000 characters).
   When probing ``server/discover``, a 400/404/405 here means "legacy server".
-* The connection failed before a response arrived: ``-32000`` with
-  ``data: {"transportError": "ConnectError: ..."}``. A failure to connect at
-  all also reports ``transport_lost("server unreachable: ...")``, after the
-  error frame.
+* The connection failed before a response arrived (refused, reset, timed
+  out): :class:`ExchangeFailed` saying how. A failure to connect at all also
+  reports ``transport_lost("server unreachable: ...")``, after the failure.
 * An SSE response stream ended before the request's response arrived:
-  ``-32001``, see ``_resume.py``.
+  :class:`ExchangeFailed`, see ``_resume.py``.
+* A 2xx that is no answer (a 202/204 or no body for a request, an unknown
+  content type, a JSON body that does not decode): :class:`ProtocolError`,
+  the server's fault.
+* A bug of ours while posting: :class:`InternalError`, never blamed on the
+  server or the network.
 
 A 404 on a message that carried ``Mcp-Session-Id`` means the session is gone
 (unless its body is a JSON-RPC error naming the request's own id, which is
-an ordinary method error): after the error frame, ``transport_lost("session
+an ordinary method error): after the request's failure, ``transport_lost("session
 expired (404)")``. So does a 400 whose body names the session (what the
 Python SDK 1.x answers an unknown session id after a restart). The client
 must ``close`` and ``open`` again and re-initialize.
@@ -37,9 +41,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from .._base import HTTP_ERROR, InvalidFrame
+from ..._protocol._errors import ExchangeFailed, InternalError, ProtocolError
+from .._base import InvalidFrame
 from ._config import IO_ERRORS, Config, logger
-from ._outlet import error_frame
 from ._pump import decode
 from ._session import session_gone
 
@@ -52,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Poster"]
 
-#: How much of an error body is read, and how much of it is quoted in ``data.body``.
+#: How much of an error body is read, and how much of it is quoted in ``ExchangeFailed.body``.
 _ERROR_BODY_READ: Final = 64 * 1024
 _ERROR_BODY_QUOTE: Final = 1000
 
@@ -82,15 +86,10 @@ class Poster:
         """POST ``post`` and handle the answer; never raises."""
         try:
             self._post(post)
-        except Exception:  # a worker must answer the request, not die
+        except Exception as exc:  # a worker must fail the request, not die with it
             logger.exception("unexpected error while posting %s", post.describe())
             if post.has_id and not self._outlet.silenced(post):
-                self._outlet.fail(
-                    post,
-                    HTTP_ERROR,
-                    "internal transport error",
-                    {"transportError": "internal"},
-                )
+                self._outlet.fail(post, InternalError(f"the HTTP transport failed posting {post.describe()}: {exc!r}"))
         finally:
             post.written.set()
             self._inflight.remove(post)
@@ -132,12 +131,7 @@ class Poster:
             logger.warning("could not POST %s: %s", post.describe(), reason)
 
     def _fail_connection(self, post: Post, reason: str) -> None:
-        self._outlet.fail(
-            post,
-            HTTP_ERROR,
-            f"connection error: {reason}",
-            {"transportError": reason},
-        )
+        self._outlet.fail(post, ExchangeFailed(f"connection error: {reason}"))
 
     def _handle_response(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code
@@ -152,41 +146,29 @@ class Poster:
             return  # 202 (or any 2xx) for a notification or a response: done
         content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if status in (202, 204) or not content_type:
-            self._outlet.fail(
-                post,
-                HTTP_ERROR,
-                f"HTTP {status} {response.reason_phrase}: no response to a request",
-                {"httpStatus": status},
-            )
+            why = f"the server answered a request with HTTP {status} {response.reason_phrase} and no response"
+            self._outlet.fail(post, ProtocolError(why, reason=("no_response", status)))
         elif content_type == "text/event-stream":
             self._resumer.consume(post, response)
         elif content_type == "application/json" or content_type.endswith("+json"):
             self._consume_json(post, response)
         else:
-            self._outlet.fail(
-                post,
-                HTTP_ERROR,
-                f"unexpected content type {content_type!r}",
-                {"httpStatus": status, "contentType": content_type},
-            )
+            why = f"the server answered a request with content type {content_type!r} (HTTP {status})"
+            self._outlet.fail(post, ProtocolError(why, reason=("unexpected_content_type", content_type)))
 
     def _http_error(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code
         raw = _read_some(response, _ERROR_BODY_READ)
         server_error = _jsonrpc_error(raw)
         if post.has_id:
-            if server_error is not None:
+            if server_error is not None:  # the server's own answer (its id null if it could not read ours)
                 frame: dict[str, Any] = dict(server_error)
                 frame["id"] = post.request_id
+                self._outlet.deliver([frame], post)
             else:
                 text = raw.decode("utf-8", "replace")[:_ERROR_BODY_QUOTE]
-                frame = error_frame(
-                    post.request_id,
-                    HTTP_ERROR,
-                    f"HTTP {status} {response.reason_phrase}".rstrip(),
-                    {"httpStatus": status, "body": text},
-                )
-            self._outlet.deliver([frame], post)
+                what = f"HTTP {status} {response.reason_phrase}".rstrip()
+                self._outlet.fail(post, ExchangeFailed(what, status=status, body=text))
         elif not self._outlet.silenced(post):
             logger.warning(
                 "HTTP %d %s answering %s",
@@ -216,19 +198,9 @@ class Poster:
                 self._outlet.deliver([frame], post)
                 return
             bad = frame
-        status = response.status_code
-        self._outlet.deliver(
-            [
-                bad,
-                error_frame(
-                    post.request_id,
-                    HTTP_ERROR,
-                    f"unusable response body: {bad.error}",
-                    {"httpStatus": status},
-                ),
-            ],
-            post,
-        )
+        why = f"the server answered a request with an unusable JSON body: {bad.error}"
+        # The bad frame goes first, logged like any other; then the request fails.
+        self._outlet.fail(post, ProtocolError(why, reason=("unusable_body", bad.error)), before=[bad])
 
 
 def _jsonrpc_error(raw: bytes) -> dict[str, Any] | None:

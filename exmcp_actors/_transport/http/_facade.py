@@ -2,8 +2,8 @@
 endpoint, which opens and closes one :class:`Link` (connection) at a time.
 
 ``open`` performs no network I/O: HTTP has no connection to open. The first
-POST proves the server reachable; if it is not, that request gets the
-``-32000`` frame (see ``_exchange.py``) and the sink gets ``transport_lost``.
+POST proves the server reachable; if it is not, that request fails with an
+``ExchangeFailed`` (see ``_exchange.py``) and the sink gets ``transport_lost``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ class Link:
         self._client = make_client(cfg, self._backend, ssl_context)
         self._outlet = Outlet(sink, self._backend)
         self._session = HttpSession(cfg)
-        self._inflight = InFlight(self._outlet, self._backend)
+        self._inflight = InFlight(self._outlet.silenced, self._backend)
         pump = EventPump(cfg.max_frame_bytes, self._backend, self._outlet)
         streams = GetStreams(cfg, self._client, self._backend, self._session)
         self._get_stream = GetStream(streams, pump, self._outlet)

@@ -1,8 +1,10 @@
-"""The one way out to the sink: frames, synthesized errors and the loss.
+"""The one way out to the sink: frames, failed exchanges and the loss.
 
 Response frames are delivered as the server sent them; the transport never
-rewrites a server's frame except the ``id`` of an HTTP error body. A
-synthesized error (see ``_exchange.py``) is built by :func:`error_frame`.
+rewrites a server's frame except the ``id`` of an HTTP error body, and never
+makes one up: a request whose exchange failed gets a
+:class:`~exmcp_actors._protocol._jsonrpc.RequestFailed` in the batch instead
+(see ``_exchange.py``), saying whose fault it was.
 After ``transport_lost`` nothing more is delivered and ``send`` raises
 :class:`TransportError`; after ``close`` nothing is delivered at all.
 """
@@ -10,8 +12,9 @@ After ``transport_lost`` nothing more is delivered and ``send`` raises
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._base import RequestFailed
 from ._config import logger
 
 if TYPE_CHECKING:
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from ._plumbing import TrackingBackend
     from ._requests import Post
 
-__all__ = ["Outlet", "error_frame"]
+__all__ = ["Outlet"]
 
 
 class Outlet:
@@ -44,9 +47,10 @@ class Outlet:
             except Exception:
                 logger.exception("sink.frames_received raised")
 
-    def fail(self, post: Post, code: int, message: str, data: dict[str, Any]) -> None:
-        """Deliver a synthesized error response for ``post``'s request id."""
-        self.deliver([error_frame(post.request_id, code, message, data)], post)
+    def fail(self, post: Post, error: Exception, before: list[Frame] | None = None) -> None:
+        """``post``'s request will get no answer: deliver why (after the ``before`` frames, in
+        the same batch)."""
+        self.deliver([*(before or ()), RequestFailed(post.request_id, error)], post)
 
     def report_lost(self, reason: str) -> None:
         with self._deliver_lock:
@@ -73,11 +77,3 @@ class Outlet:
             self.closed = True
             self.halt.set()
         return not already
-
-
-def error_frame(request_id: Any, code: int, message: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": code, "message": message, "data": data},
-    }

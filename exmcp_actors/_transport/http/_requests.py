@@ -14,13 +14,13 @@ Unknown or finished ids return False.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..._protocol._handshake import META_PROTOCOL_VERSION
 from ..._protocol._versions import MODERN_VERSIONS
 
 if TYPE_CHECKING:
-    from ._outlet import Outlet
     from ._plumbing import TrackingBackend
 
 __all__ = ["InFlight", "Post"]
@@ -92,8 +92,9 @@ def _id_key(request_id: Any) -> tuple[str, Any]:
 class InFlight:
     """The requests sent and not yet finished, and which worker thread runs each."""
 
-    def __init__(self, outlet: Outlet, backend: TrackingBackend) -> None:
-        self._outlet = outlet
+    def __init__(self, silenced: Callable[[Post], bool], backend: TrackingBackend) -> None:
+        #: Whether nothing more will be delivered for a post (the outlet's word).
+        self._silenced = silenced
         self._backend = backend
         self._lock = threading.Lock()
         #: Notified whenever a request's exchange ends (see wait_quiet).
@@ -125,7 +126,7 @@ class InFlight:
     def claim(self, post: Post) -> bool:
         """The calling worker takes ``post`` on; False when it is silenced already."""
         with self._lock:
-            if self._outlet.silenced(post):
+            if self._silenced(post):
                 return False
             post.thread_id = threading.get_ident()
         return True

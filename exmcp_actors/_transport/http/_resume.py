@@ -14,10 +14,11 @@ dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
   GET stream was open before on this connection (a client must never look
   ready while deaf), else only give the GET stream up (a server without one).
 * An SSE response stream ended (server closed it, or the connection broke)
-  before the request's response arrived: ``{"code": -32001, "message":
-  "stream dropped", "data": {"streamDropped": true}}``. For a
-  ``subscriptions/listen`` this is the abrupt drop of that one subscription
-  (the client may re-listen and refetch); the transport itself is fine.
+  before the request's response arrived: the request fails with
+  ``ExchangeFailed(STREAM_DROPPED)``, a transport failure, never a server's
+  error answer. For a ``subscriptions/listen`` this is the abrupt drop of that
+  one subscription (the client may re-listen and refetch); the transport
+  itself is fine.
   Legacy streams that carried SSE ids are first resumed with a GET and
   ``Last-Event-ID``, as the 2025-11-25 revision specifies.
 """
@@ -26,11 +27,11 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import httpx
 
-from .._base import STREAM_DROPPED
+from ..._protocol._errors import ExchangeFailed
 from ._config import IO_ERRORS, Config, logger
 from ._session import session_gone
 from ._sse import SSEParser
@@ -42,7 +43,10 @@ if TYPE_CHECKING:
     from ._requests import Post
     from ._session import HttpSession
 
-__all__ = ["GetStream", "GetStreams", "StreamResumer"]
+__all__ = ["STREAM_DROPPED", "GetStream", "GetStreams", "StreamResumer"]
+
+#: ``ExchangeFailed.what`` when a response stream ended before the request's answer.
+STREAM_DROPPED: Final = "the response stream dropped before the answer"
 
 #: How much of a GET refusal's body is read to see whether it names the session.
 _REFUSAL_BYTES = 4096
@@ -103,7 +107,7 @@ class StreamResumer:
             failures = 0 if outcome is None else failures + 1
         if not outlet.silenced(post):
             logger.debug("stream of %s dropped before its response", post.describe())
-            outlet.fail(post, STREAM_DROPPED, "stream dropped", {"streamDropped": True})
+            outlet.fail(post, ExchangeFailed(STREAM_DROPPED))
 
     def _resume(self, post: Post, parser: SSEParser) -> bool | None:
         """GET with Last-Event-ID; True: response arrived, None: stream opened but
