@@ -153,3 +153,33 @@ def test_the_next_pause_starts_with_an_empty_backlog_below_its_bound() -> None:
     driver.frames(log_line(0), tools_changed(0), tools_changed(1))
     report(driver)
     assert [message.method for message in after_reconnected(driver, logs)] == [LOG, TOOLS_CHANGED, TOOLS_CHANGED]
+
+
+def test_a_flood_of_events_before_a_subscriptions_acknowledgment_is_held_to_its_bound_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from test_protocol_session import acknowledgment, modern, updated
+
+    from exmcp_actors._protocol._subscriptions import MAX_HELD_EVENTS
+
+    driver = modern()
+    handle, _, listen = driver.subscribe({"resourceSubscriptions": ["file:///a"]})
+    flood = [updated("file:///a", stamp=listen["id"]) for _ in range(MAX_HELD_EVENTS + 5_000)]
+    with caplog.at_level(logging.INFO, logger="exmcp_actors"):
+        driver.frames(*flood)
+    entry = driver.session.registry.entries[handle.id]
+    assert entry.held is not None and len(entry.held) == MAX_HELD_EVENTS
+    assert len([r for r in caplog.records if "events held" in r.getMessage()]) == 1
+    driver.frames(acknowledgment(listen["id"], {"resourceSubscriptions": ["file:///a"]}))
+    assert len(driver.received(handle)) == MAX_HELD_EVENTS
+
+
+def test_events_outside_the_acknowledged_filter_are_logged_at_a_bounded_rate(caplog: pytest.LogCaptureFixture) -> None:
+    from test_protocol_session import modern, updated
+
+    driver = modern()
+    handle, listen_id = driver.live({"resourceSubscriptions": ["file:///a"]})
+    with caplog.at_level(logging.INFO, logger="exmcp_actors"):
+        driver.frames(*[updated("file:///elsewhere", stamp=listen_id) for _ in range(5_000)])
+    assert driver.received(handle) == []
+    assert len([r for r in caplog.records if "outside the acknowledged filter" in r.getMessage()]) == 1

@@ -38,6 +38,10 @@ class RateLimitedLog:
         """Log ``msg % args`` at WARNING unless a record of ``kind`` went out lately; whether it was logged."""
         return self._log(logging.WARNING, kind, msg, args, exc_info)
 
+    def info(self, kind: str, msg: str, *args: Any) -> bool:
+        """Like :meth:`warning`, at INFO."""
+        return self._log(logging.INFO, kind, msg, args, False)
+
     def error(self, kind: str, msg: str, *args: Any, exc_info: bool = False) -> bool:
         """Like :meth:`warning`, at ERROR."""
         return self._log(logging.ERROR, kind, msg, args, exc_info)

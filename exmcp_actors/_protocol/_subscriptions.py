@@ -34,6 +34,7 @@ from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
 from ._jsonrpc import Answer, RequestBuilder, RequestFailed, Response
+from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
 from ._state import HOLDING, EntryState
 
@@ -68,6 +69,8 @@ class Subscriptions:
         self._ids = ids
         self._config = config
         self._name = name
+        #: Bad input from the server (floods of events it should not send): logged at a bounded rate.
+        self._log = RateLimitedLog(logger)
         self._cancel_on_wire = cancel_on_wire
         self._generation = generation
         self._relistened = relistened
@@ -130,12 +133,25 @@ class Subscriptions:
             if len(entry.held) < MAX_HELD_EVENTS:
                 entry.held.append((method, params))
             else:
-                logger.warning("%s: too many events held for %r; dropping", self._name, entry.handle)
+                # A resync's snapshot (or the acknowledgment's) supersedes what is dropped here.
+                self._log.warning(
+                    "held-bound",
+                    "%s: more than %d events held for %r; dropping",
+                    self._name,
+                    MAX_HELD_EVENTS,
+                    entry.handle,
+                )
             return
         if entry.acknowledged.enables(method, params, sub_resources=True):
             self._registry.emit(entry, entry.event(method, _unstamped(params)))
         else:
-            logger.info("%s: event %s outside the acknowledged filter of %r dropped", self._name, method, entry.handle)
+            self._log.info(
+                "outside-ack",
+                "%s: event %s outside the acknowledged filter of %r dropped",
+                self._name,
+                method,
+                entry.handle,
+            )
 
     def _acknowledged(self, entry: Entry, params: dict[str, Any]) -> None:
         registry, effects = self._registry, self._fx
