@@ -233,3 +233,26 @@ def test_writes_on_the_callers_thread_and_the_writer_thread_keep_the_order_of_pu
     os.close(read_fd)
     os.close(write_fd)
     assert bytes(received) == expected
+
+
+def test_a_performer_that_raises_is_logged_as_our_bug_and_what_follows_still_runs(
+    legacy_server: FakeServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from exmcp_actors._runtime import _effects
+
+    client = mcp.connect(legacy_server.transport(), protocol="legacy", request_timeout=WAIT, roots=[])
+    try:
+        real_send = _effects.PERFORMERS[ev.Send]
+
+        def send(shell: Any, session: Any, effect: ev.Send) -> None:
+            if effect.message.get("method") == "notifications/roots/list_changed":
+                raise RuntimeError("injected performer bug")
+            real_send(shell, session, effect)
+
+        monkeypatch.setitem(_effects.PERFORMERS, ev.Send, send)
+        client.set_roots([{"uri": "file:///x", "name": "x"}])  # its notice trips the bug
+        assert client.request("ping") == {}  # the monitor was let go, and the next command runs
+        assert any("internal error performing Send" in r.getMessage() for r in caplog.records)
+        assert client.status == "ready"
+    finally:
+        client.disconnect()

@@ -110,8 +110,11 @@ class Shell:
             for effect in todo:
                 if type(effect) in ev.PERFORMED_AFTER_THE_LOCK:
                     settles.append(effect)  # type: ignore[arg-type]
-                else:
+                    continue
+                try:
                     PERFORMERS[type(effect)](self, session, effect)
+                except Exception:  # a bug of ours: the effects after it still run
+                    logger.exception("%s: internal error performing %s", self.name, type(effect).__name__)
             self.publish(session)  # before the flush: a host woken by a message sees the status behind it
             published = True
             flush(out, self.replace_proxy)

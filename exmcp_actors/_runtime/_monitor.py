@@ -97,8 +97,10 @@ class SessionMonitor:
         try:
             yield self.session
         finally:
-            self._leave(settles)
-            settle_all(settles)
+            try:
+                self._leave(settles)
+            finally:
+                settle_all(settles)  # whatever else went wrong, a waiting host hears its answer
 
     def try_answer(self, frame: Frame, settles: list[ev.Settle]) -> bool:
         """A reader's answer to a host's request, taken here if the lock is free right now.
