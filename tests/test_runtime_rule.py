@@ -13,7 +13,8 @@ from typing import Any, Literal
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors.testing import FakeError, FakeServer
+from exmcp_actors._runtime._monitor import SessionMonitor
+from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
 
 WAIT = 5.0
 Era = Literal["legacy", "modern"]
@@ -232,3 +233,47 @@ def test_a_refused_registrations_rollback_is_on_the_wire_before_the_next_command
         server.wait_for("resources/unsubscribe", uri=A)
         seen = arrivals(server, {"resources/unsubscribe", "test/mark"})
     assert [(m["method"], m["params"].get("uri")) for m in seen] == [("resources/unsubscribe", A), ("test/mark", None)]
+
+
+class MonitorSpy:
+    """Wraps a client's monitor: signals when a command of ``kind`` starts and ends entering it."""
+
+    def __init__(self, monitor: SessionMonitor, kind: type) -> None:
+        self._monitor = monitor
+        self._kind = kind
+        self.started = threading.Event()
+        self.ended = threading.Event()
+
+    def run(self, message: Any, timeout: float | None = None) -> Any:
+        if type(message) is not self._kind:
+            return self._monitor.run(message, timeout)
+        self.started.set()
+        try:
+            return self._monitor.run(message, timeout)
+        finally:
+            self.ended.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._monitor, name)
+
+
+def test_a_listen_not_acknowledged_in_time_is_cancelled_on_the_wire_even_if_the_session_is_busy_then(
+    modern_server: FakeServer,
+) -> None:
+    from exmcp_actors._protocol._events import CancelSubscription
+
+    modern_server.on("subscriptions/listen", lambda params, ctx: NO_REPLY)
+    with modern(modern_server) as client:
+        monitor = client._monitor
+        spy = MonitorSpy(monitor, CancelSubscription)
+        client._monitor = spy  # type: ignore[assignment]
+        sink: queue.SimpleQueue[Any] = queue.SimpleQueue()  # a subscriber that never dies
+        call = Call(lambda: client.listen({"toolsListChanged": True}, subscriber=sink, timeout=0.3))
+        _, listen = modern_server.wait_for("subscriptions/listen")
+        with monitor.lock:  # the session is busy as the listen's deadline passes
+            assert spy.started.wait(WAIT)
+            spy.ended.wait(0.5)  # a cancel that gives up this soon would leave the listen open
+        with pytest.raises(mcp.RequestTimeout):
+            call.result()
+        modern_server.wait_for("notifications/cancelled", requestId=listen["id"])
+        assert client._inspect()["subscriptions"] == 0

@@ -316,7 +316,10 @@ class Client(ServerCalls, CatalogCalls):
             acknowledged.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             try:
-                self._run(CancelSubscription(handle_id, None), remaining(deadline))
+                # Waits for the session as long as any command does (not only what is left of the
+                # deadline), like a timed-out request's cancellation: given up, the listen would
+                # stay open on the server with no handle to end it.
+                self._run(CancelSubscription(handle_id, None))
             except ListenerNotFound:
                 pass  # ended meanwhile: nothing left to cancel
             raise RequestTimeout(f"subscriptions/listen was not acknowledged within {wait}s") from None
