@@ -667,6 +667,34 @@ def test_a_disconnect_from_inside_a_put_ends_the_callers_blocked_meanwhile(era: 
         gate.open()
 
 
+class DisconnectsOnClosing:
+    """A put() subscriber that disconnects its client on its closing message, timing it."""
+
+    def __init__(self, client: mcp.Client) -> None:
+        self.client = client
+        self.took: queue.SimpleQueue[float] = queue.SimpleQueue()
+
+    def put(self, message: Any) -> None:
+        if message[0] == "ex_mcp_notification_closed":
+            started = time.monotonic()
+            self.client.disconnect(timeout=WAIT * 2)
+            self.took.put(time.monotonic() - started)
+
+
+def test_put_subscribers_that_all_disconnect_on_their_closing_message_do_not_wait_for_each_other(
+    server: FakeServer,
+) -> None:
+    client = legacy(server)
+    subscribers = [DisconnectsOnClosing(client) for _ in range(3)]
+    for subscriber in subscribers:
+        client.subscribe_notifications({"toolsListChanged": True}, subscriber=subscriber)
+    started = time.monotonic()
+    client.disconnect(timeout=WAIT * 2)
+    assert time.monotonic() - started < WAIT  # not the whole timeout: nobody waited for a waiter
+    for subscriber in subscribers:
+        assert subscriber.took.get(timeout=WAIT * 3) < WAIT
+
+
 # -- claim 5: follow-ups and re-entry ----------------------------------------------------
 
 

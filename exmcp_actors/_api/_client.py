@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -392,11 +391,7 @@ class Client(ServerCalls, CatalogCalls):
         self._shared.finished.wait(timeout)
         if self._worker is not None:
             self._worker.actor_stopped.wait(max(0.0, deadline - time.monotonic()))
-        with self._shared.children_lock:
-            children = list(self._shared.children)
-        for child in children:
-            if child is not threading.current_thread():
-                child.join(max(0.0, deadline - time.monotonic()))
+        self._shared.join_children(deadline)
 
     def _inspect(self, timeout: float = 5.0) -> dict[str, Any]:
         """Internal counters, for tests and diagnostics."""

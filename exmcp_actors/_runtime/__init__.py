@@ -70,7 +70,9 @@ callbacks never run under a lock of the library: ``put()`` and ``tell()`` run on
 subscriber's proxy, handlers and callbacks on the host pools, and futures are completed after
 the monitor is let go (a reader completes them after it lets go of the lane's lock too). A
 delivery that finds a proxy stopped starts its successor (``Shell.replace_proxy``) rather
-than calling ``put()`` itself. So host code may call back into the client from anywhere.
+than calling ``put()`` itself. So host code may call back into the client from anywhere; a
+``disconnect()`` from a ``put()`` waits neither for its own proxy thread nor for another that
+is in ``disconnect()`` too (``SharedState.join_children``).
 
 Lock order
 ----------
