@@ -576,7 +576,7 @@ def test_wire_subscribes_and_unsubscribes_of_one_client_run_one_at_a_time(
 ) -> None:
     gate = Gate(server)
     # A registration that must subscribe takes the client's one wire turn (the refcount worker's
-    # serial lock) on its own thread; a release goes to the worker, which takes the same turn.
+    # serial lock) on its own thread; so does a release.
     assert client._book is not None
     turn = client._book.serial = CountedLock()
     holder_c = client.subscribe_notifications({"resourceSubscriptions": [C]})
@@ -587,7 +587,7 @@ def test_wire_subscribes_and_unsubscribes_of_one_client_run_one_at_a_time(
     eventually(lambda: turn.waiting == 1, what="the other registration waits for the wire turn")
     release_c = Call(holder_c.unsubscribe, "release-c")  # its release queues behind the held subscribe
     eventually(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
-    eventually(lambda: turn.waiting == 2, what="its release waits for the wire turn on the worker")
+    eventually(lambda: turn.waiting == 2, what="its release waits for the wire turn on its own thread")
     # The fake would answer B at once (concurrent handler): if it is not on the wire, nobody sent it.
     with pytest.raises(AssertionError):
         server.wait_for("resources/subscribe", QUIET, uri=B)

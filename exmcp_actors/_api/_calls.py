@@ -275,6 +275,9 @@ class ServerCalls:
         if level not in LOG_LEVELS:
             raise ValueError(f"level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+        if self._shared.status == "disconnected":
+            # A modern session would take the level without a wire call, and say nothing.
+            raise NotConnected("the client is disconnected")
         future: Future[Any] = Future()
         self._run(SetLogLevel(level, future), wait)
         try:

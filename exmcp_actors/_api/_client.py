@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -18,8 +17,6 @@ from .._protocol._errors import (
     ListenerNotFound,
     NotConnected,
     RequestTimeout,
-    SubscribeFailed,
-    SubscriberNotAlive,
     UseListen,
 )
 from .._protocol._events import (
@@ -29,14 +26,13 @@ from .._protocol._events import (
     OpenSubscription,
     Overflowed,
     RegisterListener,
-    Release,
     RemoveHandle,
 )
 from .._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._client_actor import Disconnect, InspectClient
 from .._runtime._host_pool import HostRuntime
-from .._runtime._refcount_worker import Inspect, SharedBook, Unanswered, acquire_uris
+from .._runtime._refcount_worker import Inspect, SharedBook
 from .._runtime._shared import SharedState
 from .._util._checks import check_timeout
 from ._calls import ServerCalls
@@ -44,6 +40,7 @@ from ._catalog import CatalogCalls
 from ._handle import FilteredHandle, Handle
 from ._listener import Listener
 from ._subscription import Subscription, Watch
+from ._wire_turn import WireTurn
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -78,6 +75,8 @@ class Client(ServerCalls, CatalogCalls):
         self._worker: pykka.ActorRef[Any] | None = None
         #: The refcount book the worker shares, for the no-wire shortcuts (set by connect()).
         self._book: SharedBook | None = None
+        #: Where this client's host threads take and give back URIs (set by connect()).
+        self._turn: WireTurn | None = None
         #: Every handle's bound calls it on overflow (one bound method, not one per handle).
         self._on_overflow = self._overflowed
         self.name = name
@@ -199,9 +198,10 @@ class Client(ServerCalls, CatalogCalls):
                 self._run(ActivateListener(handle_id), remaining(deadline))
         except BaseException:
             # Whatever failed: forget what of it exists, and give back whatever this handle still
-            # holds (both are no-ops when there is nothing left).
+            # holds (both are no-ops when there is nothing left), on this thread while it can.
             self._abandon(handle_id, deadline)
-            self._release_on_worker(handle_id)
+            if self._turn is not None:
+                self._turn.give_back_quietly(handle_id, time.monotonic() + remaining(deadline))
             raise
         return handle
 
@@ -231,53 +231,9 @@ class Client(ServerCalls, CatalogCalls):
         return shared.status == "ready" and shared.era == era
 
     def _acquire(self, handle_id: Any, uris: tuple[str, ...], alive: Any, deadline: float, wait: float) -> None:
-        """Take the URIs on this thread, in this client's one wire turn (see ``_refcount_worker``).
-        On failure the worker gives back what was taken; after a refusal this waits for that,
-        until the deadline, so the caller sees the rollback done."""
-        book, worker = self._book, self._worker
-        assert book is not None and worker is not None
-        timed_out = RequestTimeout(f"resources/subscribe did not finish within {wait}s")
-        if not book.serial.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise timed_out
-
-        def subscribe(uri: str) -> None:
-            pending = self._send_request("resources/subscribe", {"uri": uri})
-            try:
-                pending.future.result(max(0.0, deadline - time.monotonic()))
-            except BaseException as error:
-                if not pending.future.done():
-                    # Still in flight (timed out, or interrupted): the worker waits for it, and
-                    # unsubscribes if the server subscribed and nobody holds the URI by then.
-                    try:
-                        worker.tell(Unanswered(uri, pending))
-                    except pykka.ActorDeadError:
-                        pass  # the client stopped: its session, and the subscription, are gone
-                if isinstance(error, FutureTimeout):
-                    raise timed_out from None
-                raise
-
-        try:
-            acquire_uris(book, subscribe, handle_id, uris, alive)
-        except BaseException as error:
-            book.serial.release()
-            if isinstance(error, (SubscribeFailed, SubscriberNotAlive)):
-                # Refused: the caller sees the rollback done (within the deadline) when this raises.
-                try:
-                    worker.ask(Release(handle_id), timeout=max(0.0, deadline - time.monotonic()))
-                except (pykka.Timeout, pykka.ActorDeadError):
-                    pass  # still queued on the worker (it runs anyway), or the client stopped meanwhile
-            else:
-                self._release_on_worker(handle_id)  # timed out or interrupted: do not wait any longer
-            raise
-        book.serial.release()
-
-    def _release_on_worker(self, handle_id: Any) -> None:
-        """Queue a release: the worker drops exactly what this handle holds, if anything."""
-        if self._worker is not None:
-            try:
-                self._worker.tell(Release(handle_id))
-            except pykka.ActorDeadError:
-                pass
+        """Take the URIs on this thread, in this client's one wire turn (see ``_wire_turn``)."""
+        assert self._turn is not None
+        self._turn.take(handle_id, uris, alive, deadline, wait)
 
     def _overflowed(self, handle_id: Any) -> None:
         # Raised inside a delivery, where the session cannot be entered again: run next.
@@ -289,6 +245,8 @@ class Client(ServerCalls, CatalogCalls):
         Raises:
             ListenerNotFound: it was already removed or closed, or belongs to another client.
                 On a stopped client this is a no-op.
+            RequestTimeout: the session, or the wire turn its unsubscribe needs, stayed busy past
+                ``timeout``; once the listener is removed its URIs are still released, later.
             TypeError: ``listener`` is not a listener.
         """
         if not isinstance(listener, FilteredHandle):
@@ -299,7 +257,9 @@ class Client(ServerCalls, CatalogCalls):
         if handle.client is not self:
             raise ListenerNotFound(f"{handle!r} belongs to another client ({handle.client!r}), not to {self!r}")
 
-    def _remove_handle(self, handle: Handle, *, timeout: float) -> None:
+    def _remove_handle(self, handle: Handle, *, timeout: float, release_later: bool = False) -> None:
+        """``release_later``: URIs whose release cannot be sent within ``timeout`` are released
+        by the worker later, without raising RequestTimeout (a handle's ``close()``)."""
         self._check_own(handle)
         wait = check_timeout("timeout", timeout)
         # From here on nothing new starts being delivered to it, whatever the outcome below.
@@ -314,15 +274,14 @@ class Client(ServerCalls, CatalogCalls):
                 return  # the client stopped meanwhile, and closed it: nothing left to remove
             raise
         handle._finish()
-        if self._book is not None and self._book.release_held(handle.id):
-            return  # every URI keeps another holder: nothing for the wire, so no trip to the worker
-        if self._worker is not None:
-            # Waits for the wire unsubscribe, so it is done when this returns; a handle that
-            # holds no URIs (categories only, or modern) makes this a no-op on the worker.
-            try:
-                self._worker.ask(Release(handle.id), timeout=max(0.0, deadline - time.monotonic()))
-            except (pykka.Timeout, pykka.ActorDeadError):
-                pass  # still queued on the worker, or the client stopped meanwhile
+        if self._turn is None:
+            return
+        try:
+            # Its unsubscribes (if any) are on the wire, and answered, when this returns.
+            self._turn.give_back(handle.id, deadline, wait)
+        except RequestTimeout:
+            if not release_later:
+                raise
 
     # -- modern subscriptions --------------------------------------------------------------
 
@@ -357,7 +316,10 @@ class Client(ServerCalls, CatalogCalls):
             acknowledged.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             try:
-                self._run(CancelSubscription(handle_id, None), remaining(deadline))
+                # Waits for the session as long as any command does (not only what is left of the
+                # deadline), like a timed-out request's cancellation: given up, the listen would
+                # stay open on the server with no handle to end it.
+                self._run(CancelSubscription(handle_id, None))
             except ListenerNotFound:
                 pass  # ended meanwhile: nothing left to cancel
             raise RequestTimeout(f"subscriptions/listen was not acknowledged within {wait}s") from None
@@ -430,11 +392,7 @@ class Client(ServerCalls, CatalogCalls):
         self._shared.finished.wait(timeout)
         if self._worker is not None:
             self._worker.actor_stopped.wait(max(0.0, deadline - time.monotonic()))
-        with self._shared.children_lock:
-            children = list(self._shared.children)
-        for child in children:
-            if child is not threading.current_thread():
-                child.join(max(0.0, deadline - time.monotonic()))
+        self._shared.join_children(deadline)
 
     def _inspect(self, timeout: float = 5.0) -> dict[str, Any]:
         """Internal counters, for tests and diagnostics."""

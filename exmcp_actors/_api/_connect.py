@@ -31,6 +31,7 @@ from .._version import installed_version
 from ._client import Client
 from ._config import ServerSpec
 from ._shutdown import track
+from ._wire_turn import WireTurn
 
 #: What ``clientInfo`` says when the host gives none: the package and its installed version.
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": installed_version()}
@@ -207,6 +208,7 @@ def connect(
     wire = Wire(client.request, client._send_request, client._await_request, request_wait)
     worker = RefcountWorker.start(wire, ref, shared.adopt_current_thread, book)
     client._worker, client._book = worker, book
+    client._turn = WireTurn(book, worker, client._send_request)
     ref.tell(Start(worker, client._snapshot))
     # The session's own deadline ends the connect at connect_timeout, naming the stage that ran
     # out; this wait only guards against a shell too busy to report it.

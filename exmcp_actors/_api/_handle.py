@@ -108,8 +108,10 @@ class FilteredHandle(Handle):
 
         Raises:
             ListenerNotFound: it was already removed or closed (a no-op on a stopped client).
+            RequestTimeout: see :meth:`Client.unsubscribe_notifications`.
         """
         self.client._remove_handle(self, timeout=timeout)
 
     def _end(self) -> None:
-        self.unsubscribe()
+        # A cleanup: URIs that cannot be released in time are released later, without raising.
+        self.client._remove_handle(self, timeout=5.0, release_later=True)

@@ -52,8 +52,16 @@ Order
 -----
 A host thread's command has put its frames on the transport before it returns, and each
 transport sends in the order it is given: **what one thread asks for reaches the wire in the
-order it asked**. A subscriber receives its messages in wire order: the lane delivers on the
-reader only while nothing of the same connection waits for the actor.
+order it asked**. That includes the ``resources/subscribe`` and ``resources/unsubscribe`` of
+its registrations, removals and failed registrations' rollbacks: they are sent on that
+thread, in the wire turn (``_api._wire_turn``); a removal that cannot get the turn within its
+timeout raises ``RequestTimeout`` and leaves its unsubscribes to the refcount worker, and a
+failed registration's cleanup falls back to the worker (its unsubscribes) and to the client
+actor (its ``AbandonListener``, which sends nothing) only when the turn or the monitor stays
+busy past its deadline: the registration raises either way.
+
+A subscriber receives its messages in wire order: the lane delivers on the reader only while
+nothing of the same connection waits for the actor.
 
 No host code under a lock
 -------------------------
@@ -62,14 +70,17 @@ callbacks never run under a lock of the library: ``put()`` and ``tell()`` run on
 subscriber's proxy, handlers and callbacks on the host pools, and futures are completed after
 the monitor is let go (a reader completes them after it lets go of the lane's lock too). A
 delivery that finds a proxy stopped starts its successor (``Shell.replace_proxy``) rather
-than calling ``put()`` itself. So host code may call back into the client from anywhere.
+than calling ``put()`` itself. So host code may call back into the client from anywhere; a
+``disconnect()`` from a ``put()`` waits neither for its own proxy thread nor for another that
+is in ``disconnect()`` too (``SharedState.join_children``).
 
 Lock order
 ----------
 A thread holding a lock may take only those below it, never one above::
 
-    SharedBook.serial        the wire turn: held across a subscribe's or release's wait for
-                             its answer, with no other lock of this list held
+    SharedBook.serial        the wire turn (a host thread's, or the refcount worker's): held
+                             across a subscribe's or release's wait for its answer, with no
+                             other lock of this list held
     session monitor          SessionMonitor.lock (never held while waiting for I/O or a reply)
     delivery lane            DeliveryLane._lock (re-entrant; a reader takes it first and only
                              *tries* the monitor, so the two cannot deadlock)

@@ -7,15 +7,19 @@ in a :class:`SharedBook` with two locks: ``lock`` guards every change of the
 counts, and ``serial`` is held for the whole of each operation that may go to
 the wire, so those run one at a time, in the order they take it.
 
-The worker runs releases and resubscriptions under ``serial``. A registration
-that must subscribe runs its acquisition on the registering host's own thread,
-under the same ``serial`` (:func:`acquire_uris`): the host waits for it anyway,
-and asking the worker would cost two thread hand-offs more. A registration
-on URIs that are all held already, and a removal that leaves every URI of its
-listener still held, need no wire call: they change the counts under ``lock``
-alone and wait for nobody. While a wire call is in flight for a URI its count
-is zero (before a subscribe) or already zero (before an unsubscribe), so those
-shortcuts never apply to it, and the host queues on ``serial`` instead.
+A host thread that waits for a wire operation runs it itself, under ``serial``
+(``_api._wire_turn``): a registration's subscribes (:func:`acquire_uris`), a
+removal's or a failed registration's unsubscribes (:func:`release_here`). So
+they are on the wire before its call returns, and its next command comes after
+them; asking the worker would also cost two thread hand-offs more. The worker
+runs what no host waits for, under the same ``serial``: a dead subscriber's
+release, a resubscription, and the answers a host gave up waiting for. A
+registration on URIs that are all held already, and a removal that leaves
+every URI of its listener still held, need no wire call: they change the counts
+under ``lock`` alone and wait for nobody. While a wire call is in flight for a
+URI its count is zero (before a subscribe) or already zero (before an
+unsubscribe), so those shortcuts never apply to it, and the host queues on
+``serial`` instead.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +74,20 @@ class Unanswered:
     pending: Any
 
 
+@dataclass(frozen=True, slots=True)
+class UnansweredReleases:
+    """A host gave up waiting for the answers to the ``resources/unsubscribe`` calls it sent
+    (tell): the worker waits for them, so that a failure is logged and the request of a server
+    that never answers is cancelled on the wire."""
+
+    #: ``(uri, pending)`` of each, as ``Wire.send`` returned it.
+    sent: tuple[tuple[str, Any], ...]
+
+
 #: ``request(method, params)``: a wire call that returns the result or raises the library's errors.
 Request = Callable[[str, dict[str, Any]], Any]
+#: ``send(method, params) -> pending``: a wire call sent, not awaited (``Wire.send``).
+Send = Callable[[str, dict[str, Any] | None], Any]
 
 
 class SharedBook:
@@ -92,6 +109,11 @@ class SharedBook:
                 book.take(uri)
             book.record(listener_id, uris)
             return True
+
+    def holds(self, listener_id: Hashable) -> bool:
+        """Whether a listener holds any URI."""
+        with self.lock:
+            return bool(self.book.held_by(listener_id))
 
     def release_held(self, listener_id: Hashable) -> bool:
         """Release a listener's URIs if every one keeps another holder (no wire call); False otherwise."""
@@ -141,23 +163,51 @@ def acquire_uris(
             shared.book.record(listener_id, taken)
 
 
-def release_uris(shared: SharedBook, request: Request, uris: tuple[str, ...] | list[str]) -> None:
-    """Count one holder less of each URI; unsubscribe those nobody holds any more.
-    The caller holds ``shared.serial``."""
+def send_releases(shared: SharedBook, send: Send, listener_id: Hashable) -> list[tuple[str, Any]]:
+    """Give back what a listener holds: one holder less of each of its URIs, and a
+    ``resources/unsubscribe`` for each that nobody holds any more, all sent before any answer
+    is awaited (so they are on the wire, in order, when this returns). The caller holds
+    ``shared.serial``. Returns ``(uri, pending)`` of each call sent."""
+    with shared.lock:
+        uris = shared.book.forget(listener_id)
+    sent: list[tuple[str, Any]] = []
     for uri in reversed(uris):
         with shared.lock:
             unsubscribe = shared.book.drop(uri)
         if unsubscribe:
-            unsubscribe_uri(request, uri)
+            try:
+                sent.append((uri, send("resources/unsubscribe", {"uri": uri})))
+            except Error as error:
+                unsubscribe_failed(uri, error)
+    return sent
+
+
+def release_here(shared: SharedBook, send: Send, listener_id: Hashable, deadline: float) -> list[tuple[str, Any]]:
+    """:func:`send_releases`, then wait for the answers until ``deadline`` (a monotonic time).
+    Returns the calls still unanswered by then (for :class:`UnansweredReleases`)."""
+    late: list[tuple[str, Any]] = []
+    for uri, pending in send_releases(shared, send, listener_id):
+        try:
+            pending.future.result(max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            late.append((uri, pending))
+        except Error as error:
+            unsubscribe_failed(uri, error)
+    return late
 
 
 def unsubscribe_uri(request: Request, uri: str) -> None:
     try:
         request("resources/unsubscribe", {"uri": uri})
-    except NotConnected as error:
+    except Error as error:
+        unsubscribe_failed(uri, error)
+
+
+def unsubscribe_failed(uri: str, error: Error) -> None:
+    if isinstance(error, NotConnected):
         # The session is gone or going: its subscriptions went with it.
         logger.info("resources/unsubscribe %s not sent: %s", uri, error)
-    except Error as error:
+    else:
         # The server keeps nothing we can fix from here; the count is already gone.
         logger.warning("resources/unsubscribe %s failed: %s", uri, error)
 
@@ -188,9 +238,9 @@ class RefcountWorker(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Release):
             with self._shared.serial:
-                with self._lock:
-                    uris = self._shared.book.forget(message.listener_id)
-                release_uris(self._shared, self._request, uris)
+                self._await_unsubscribes(send_releases(self._shared, self._wire.send, message.listener_id))
+        elif isinstance(message, UnansweredReleases):
+            self._await_unsubscribes(message.sent)
         elif isinstance(message, Unanswered):
             with self._shared.serial:
                 self._settle_unanswered(message)
@@ -209,6 +259,15 @@ class RefcountWorker(pykka.ThreadingActor):
                     "empty": book.is_empty(),
                 }
         return None
+
+    def _await_unsubscribes(self, sent: Sequence[tuple[str, Any]]) -> None:
+        """Wait for the answers to unsubscribes sent (all within one request timeout)."""
+        deadline = time.monotonic() + self._wire.timeout
+        for uri, pending in sent:
+            try:
+                self._wire.await_answer(pending, deadline - time.monotonic())
+            except Error as error:
+                unsubscribe_failed(uri, error)
 
     def _settle_unanswered(self, message: Unanswered) -> None:
         try:

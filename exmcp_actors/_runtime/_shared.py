@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,8 @@ class SharedState:
     #: Threads the client started, so disconnect() can wait for all of them.
     children: list[threading.Thread] = field(default_factory=list)
     children_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Threads waiting in :meth:`join_children` right now (a ``put()`` may call disconnect()).
+    joining: set[threading.Thread] = field(default_factory=set)
     #: The handles a host's disconnect() closed: nothing new reaches them once it returns.
     disconnected_handles: list[Any] = field(default_factory=list)
     #: The one way into the session (set by the client actor as it is made).
@@ -42,3 +45,23 @@ class SharedState:
 
     def adopt_current_thread(self) -> None:
         self.adopt(threading.current_thread())
+
+    def join_children(self, deadline: float) -> None:
+        """Wait until ``deadline`` (a monotonic time) for every thread the client started to end,
+        except the calling thread and any that waits here too: two subscribers' ``put()`` that
+        both call disconnect() would otherwise wait for each other until their timeouts. (Each
+        enters before it looks, so of any two, one sees the other and goes on; the other's
+        wait then ends with it.)"""
+        me = threading.current_thread()
+        with self.children_lock:
+            self.joining.add(me)
+            children = [child for child in self.children if child is not me]
+        try:
+            for child in children:
+                with self.children_lock:
+                    joining_too = child in self.joining
+                if not joining_too:
+                    child.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self.children_lock:
+                self.joining.discard(me)
