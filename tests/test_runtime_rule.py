@@ -555,6 +555,55 @@ def test_a_progress_callback_may_call_back_into_the_client(server: FakeServer, w
         client.disconnect()
 
 
+def test_a_notification_the_reader_routes_to_a_proxy_not_started_yet_is_delivered_and_loses_nothing_after_it(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registration indexes its listener before it starts its subscriber's proxy (both on
+    the registering thread, under the monitor): a reader delivering in between must neither
+    lose that notification nor the frames after it in the same read."""
+    from exmcp_actors._protocol._events import StartProxy
+    from exmcp_actors._runtime import _effects, _lane
+
+    taken = threading.Event()
+    take = _lane.DeliveryLane.take
+
+    def take_and_mark(self: Any, *args: Any) -> None:
+        try:
+            take(self, *args)
+        finally:
+            taken.set()
+
+    start_proxy = _effects.PERFORMERS[StartProxy]
+
+    def start_proxy_after_a_delivery(shell: Any, session: Any, effect: Any) -> None:
+        taken.clear()
+        ping = {"jsonrpc": "2.0", "id": "in-the-window", "method": "ping"}
+        server.send_batch([{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, ping])
+        assert taken.wait(WAIT)  # the reader has had its go at the batch
+        start_proxy(shell, session, effect)
+
+    with legacy(server) as client:
+        monkeypatch.setattr(_lane.DeliveryLane, "take", take_and_mark)
+        monkeypatch.setitem(_effects.PERFORMERS, StartProxy, start_proxy_after_a_delivery)
+        sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        listener = client.subscribe_notifications({"toolsListChanged": True}, subscriber=sink)
+        monkeypatch.setitem(_effects.PERFORMERS, StartProxy, start_proxy)
+        assert sink.get(timeout=WAIT)[1] is listener
+        assert server.wait_response("in-the-window")["result"] == {}  # the frame after it, answered
+        server.list_changed("tools")
+        assert sink.get(timeout=WAIT)[1] is listener
+        assert live_proxies() == 1  # started once, by whoever came first
+
+
+def live_proxies() -> int:
+    """Subscriber proxy actors alive in the process."""
+    import pykka
+
+    from exmcp_actors._runtime._subscriber_proxy import SubscriberProxy
+
+    return sum(1 for ref in pykka.ActorRegistry.get_by_class(SubscriberProxy) if ref.is_alive())
+
+
 # -- claim 4: stopping, from anywhere, ends every blocked caller ----------------------------
 
 
