@@ -4,11 +4,15 @@ follow-ups a delivery raises."""
 
 from __future__ import annotations
 
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -278,6 +282,35 @@ def test_a_listen_not_acknowledged_in_time_is_cancelled_on_the_wire_even_if_the_
             call.result()
         modern_server.wait_for("notifications/cancelled", requestId=listen["id"])
         assert client._inspect()["subscriptions"] == 0
+
+
+def test_roots_a_timed_out_request_and_the_next_request_reach_a_streamable_http_server_in_order() -> None:
+    from tests.http_fakes import FakeMcp, serving
+
+    fake = FakeMcp(probe_status=404)  # a legacy server
+    with serving(fake) as http, mcp.connect(http.url, protocol="legacy", roots=ROOTS, request_timeout=WAIT) as client:
+        for n in range(10):
+            client.set_roots([{"uri": f"file:///r{n}", "name": f"r{n}"}])
+            with pytest.raises(mcp.RequestTimeout):
+                client.request("test/slow", {"n": n}, timeout=0.05)
+            client.request("test/json", {"n": n})
+        fake.release()
+        with fake._cond:
+            bodies = [post.body for post in fake.posts if isinstance(post.body, dict)]
+    slow_ids = {body["id"]: body["params"]["n"] for body in bodies if body.get("method") == "test/slow"}
+    got: list[Any] = []
+    for body in bodies:
+        method = body.get("method")
+        if method == "notifications/roots/list_changed":
+            got.append("roots")
+        elif method == "notifications/cancelled":
+            got.append(("cancel", slow_ids[body["params"]["requestId"]]))
+        elif method in ("test/slow", "test/json"):
+            got.append((method, body["params"]["n"]))
+    expected: list[Any] = []
+    for n in range(10):
+        expected += ["roots", ("test/slow", n), ("cancel", n), ("test/json", n)]
+    assert got == expected
 
 
 # -- claim 2: host code never runs under a lock of the library, so it may call back --------
@@ -742,6 +775,29 @@ def test_put_subscribers_that_all_disconnect_on_their_closing_message_do_not_wai
     assert time.monotonic() - started < WAIT  # not the whole timeout: nobody waited for a waiter
     for subscriber in subscribers:
         assert subscriber.took.get(timeout=WAIT * 3) < WAIT
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_interpreter_exit_ends_callers_a_put_calling_back_and_the_process_at_once(era: Era) -> None:
+    root = Path(__file__).resolve().parents[1]
+    host = subprocess.run(
+        [sys.executable, str(root / "tests" / "hosts" / "exit_calling_back.py"), era],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 4,  # each wait in the host is 30 s or more: none of them may be waited out
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root,
+    )
+    assert host.returncode == 0, host.stderr
+    lines = host.stdout.splitlines()
+    assert lines[0] == "exiting", host.stdout
+    assert sorted(lines[1:]) == [
+        "iteration: ended",
+        "put disconnect: returned",
+        "put request: NotConnected",
+        "request: NotConnected",
+    ], host.stdout
 
 
 # -- claim 5: follow-ups and re-entry ----------------------------------------------------
