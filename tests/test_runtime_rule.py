@@ -166,6 +166,20 @@ def test_a_watch_its_removal_and_the_next_request_of_one_thread_reach_the_wire_i
     assert got == expected
 
 
+@pytest.mark.parametrize("kind", ["memory", "websocket"])
+def test_a_modern_log_level_rides_in_the_very_next_request_of_the_same_thread(
+    modern_server: FakeServer, kind: str
+) -> None:
+    levels = ["debug", "info", "warning", "error"]
+    with modern(modern_server, kind) as client:
+        for n in range(40):
+            client.set_logging_level(levels[n % 4])
+            client.request("test/mark", {"n": n})
+        seen = arrivals(modern_server, {"test/mark"})
+    got = [(m["params"]["n"], m["params"]["_meta"]["io.modelcontextprotocol/logLevel"]) for m in seen]
+    assert got == [(n, levels[n % 4]) for n in range(40)]
+
+
 def test_an_unsubscribe_that_returns_has_its_resources_unsubscribe_on_the_wire_before_the_next_command(
     server: FakeServer,
 ) -> None:
