@@ -34,6 +34,7 @@ from exmcp_actors._protocol._filters import NotificationFilter
 from exmcp_actors._protocol._index import ListenerIndex
 from exmcp_actors._runtime import _subscriber_proxy
 from exmcp_actors._runtime._client_actor import ClientActor, InspectClient
+from exmcp_actors._runtime._monitor import settle_all
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
 from tests.sdk_helpers import eventually
 
@@ -1301,9 +1302,10 @@ class ActorBlocker:
     ``test/block`` server request arrives (a request, so the reader thread hands it to the actor
     rather than delivering it): a session busy for longer than a host's timeout.
 
-    Frames before the marker in the same batch are handled first, so a test can let a response
-    through and then park the actor, making "the caller timed out while the session was busy"
-    deterministic.
+    Frames before the marker in the same batch are handled first; frames after it are handled
+    once the actor holds the session, and only then are the callers they answer woken: a test
+    can let a response through to a caller that then finds the session busy, deterministically
+    (a response before the marker may be taken by the reader itself, racing the park).
     """
 
     METHOD = "test/block"
@@ -1319,11 +1321,19 @@ class ActorBlocker:
             for index, frame in enumerate(frames):
                 if isinstance(frame, dict) and frame.get("method") == self.METHOD:
                     actor.monitor.run(Frames(message.generation, frames[:index]))
-                    with actor.monitor.lock:  # every command waits for the session meanwhile
+                    monitor, settles = actor.monitor, []
+                    with monitor.lock:  # every command waits for the session meanwhile
+                        monitor._owner = threading.get_ident()
+                        try:
+                            actor.session.handle(Frames(message.generation, frames[index + 1 :]))
+                            actor.shell.perform(actor.session, settles)
+                        finally:
+                            monitor._owner = None
                         self.blocked.set()
+                        settle_all(settles)  # their callers wake to a busy session
                         self.release.wait(10.0)
                     # Exactly one call of the real handler per batch: it marks the batch handled.
-                    return original(actor, Frames(message.generation, frames[index + 1 :]))
+                    return original(actor, Frames(message.generation, []))
             return original(actor, message)
 
         monkeypatch.setitem(ClientActor._handlers, Frames, handle)
@@ -1357,12 +1367,12 @@ def test_a_registration_whose_activation_times_out_leaves_no_orphan_listener(
     blocker = ActorBlocker(monkeypatch, harness)
 
     def subscribe(params: dict[str, Any], ctx: FakeConnection) -> Any:
-        # The answer and the blocking marker in one delivery: the worker gets its answer, then
-        # the client actor parks before the caller's ActivateListener can be handled.
+        # The blocking marker and the answer in one delivery: the caller gets its answer while
+        # the client actor is parked, before its ActivateListener can be handled.
         default = server.default_handler("resources/subscribe")
         assert default is not None
         result = default(params, ctx)
-        ctx.send_batch([{"jsonrpc": "2.0", "id": ctx.request_id, "result": result or {}}, ActorBlocker.marker()])
+        ctx.send_batch([ActorBlocker.marker(), {"jsonrpc": "2.0", "id": ctx.request_id, "result": result or {}}])
         return NO_REPLY
 
     server.on("resources/subscribe", subscribe)

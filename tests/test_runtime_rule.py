@@ -4,11 +4,15 @@ follow-ups a delivery raises."""
 
 from __future__ import annotations
 
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -162,6 +166,20 @@ def test_a_watch_its_removal_and_the_next_request_of_one_thread_reach_the_wire_i
     assert got == expected
 
 
+@pytest.mark.parametrize("kind", ["memory", "websocket"])
+def test_a_modern_log_level_rides_in_the_very_next_request_of_the_same_thread(
+    modern_server: FakeServer, kind: str
+) -> None:
+    levels = ["debug", "info", "warning", "error"]
+    with modern(modern_server, kind) as client:
+        for n in range(40):
+            client.set_logging_level(levels[n % 4])
+            client.request("test/mark", {"n": n})
+        seen = arrivals(modern_server, {"test/mark"})
+    got = [(m["params"]["n"], m["params"]["_meta"]["io.modelcontextprotocol/logLevel"]) for m in seen]
+    assert got == [(n, levels[n % 4]) for n in range(40)]
+
+
 def test_an_unsubscribe_that_returns_has_its_resources_unsubscribe_on_the_wire_before_the_next_command(
     server: FakeServer,
 ) -> None:
@@ -278,6 +296,35 @@ def test_a_listen_not_acknowledged_in_time_is_cancelled_on_the_wire_even_if_the_
             call.result()
         modern_server.wait_for("notifications/cancelled", requestId=listen["id"])
         assert client._inspect()["subscriptions"] == 0
+
+
+def test_roots_a_timed_out_request_and_the_next_request_reach_a_streamable_http_server_in_order() -> None:
+    from tests.http_fakes import FakeMcp, serving
+
+    fake = FakeMcp(probe_status=404)  # a legacy server
+    with serving(fake) as http, mcp.connect(http.url, protocol="legacy", roots=ROOTS, request_timeout=WAIT) as client:
+        for n in range(10):
+            client.set_roots([{"uri": f"file:///r{n}", "name": f"r{n}"}])
+            with pytest.raises(mcp.RequestTimeout):
+                client.request("test/slow", {"n": n}, timeout=0.05)
+            client.request("test/json", {"n": n})
+        fake.release()
+        with fake._cond:
+            bodies = [post.body for post in fake.posts if isinstance(post.body, dict)]
+    slow_ids = {body["id"]: body["params"]["n"] for body in bodies if body.get("method") == "test/slow"}
+    got: list[Any] = []
+    for body in bodies:
+        method = body.get("method")
+        if method == "notifications/roots/list_changed":
+            got.append("roots")
+        elif method == "notifications/cancelled":
+            got.append(("cancel", slow_ids[body["params"]["requestId"]]))
+        elif method in ("test/slow", "test/json"):
+            got.append((method, body["params"]["n"]))
+    expected: list[Any] = []
+    for n in range(10):
+        expected += ["roots", ("test/slow", n), ("cancel", n), ("test/json", n)]
+    assert got == expected
 
 
 # -- claim 2: host code never runs under a lock of the library, so it may call back --------
@@ -555,6 +602,55 @@ def test_a_progress_callback_may_call_back_into_the_client(server: FakeServer, w
         client.disconnect()
 
 
+def test_a_notification_the_reader_routes_to_a_proxy_not_started_yet_is_delivered_and_loses_nothing_after_it(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registration indexes its listener before it starts its subscriber's proxy (both on
+    the registering thread, under the monitor): a reader delivering in between must neither
+    lose that notification nor the frames after it in the same read."""
+    from exmcp_actors._protocol._events import StartProxy
+    from exmcp_actors._runtime import _effects, _lane
+
+    taken = threading.Event()
+    take = _lane.DeliveryLane.take
+
+    def take_and_mark(self: Any, *args: Any) -> None:
+        try:
+            take(self, *args)
+        finally:
+            taken.set()
+
+    start_proxy = _effects.PERFORMERS[StartProxy]
+
+    def start_proxy_after_a_delivery(shell: Any, session: Any, effect: Any) -> None:
+        taken.clear()
+        ping = {"jsonrpc": "2.0", "id": "in-the-window", "method": "ping"}
+        server.send_batch([{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, ping])
+        assert taken.wait(WAIT)  # the reader has had its go at the batch
+        start_proxy(shell, session, effect)
+
+    with legacy(server) as client:
+        monkeypatch.setattr(_lane.DeliveryLane, "take", take_and_mark)
+        monkeypatch.setitem(_effects.PERFORMERS, StartProxy, start_proxy_after_a_delivery)
+        sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        listener = client.subscribe_notifications({"toolsListChanged": True}, subscriber=sink)
+        monkeypatch.setitem(_effects.PERFORMERS, StartProxy, start_proxy)
+        assert sink.get(timeout=WAIT)[1] is listener
+        assert server.wait_response("in-the-window")["result"] == {}  # the frame after it, answered
+        server.list_changed("tools")
+        assert sink.get(timeout=WAIT)[1] is listener
+        assert live_proxies() == 1  # started once, by whoever came first
+
+
+def live_proxies() -> int:
+    """Subscriber proxy actors alive in the process."""
+    import pykka
+
+    from exmcp_actors._runtime._subscriber_proxy import SubscriberProxy
+
+    return sum(1 for ref in pykka.ActorRegistry.get_by_class(SubscriberProxy) if ref.is_alive())
+
+
 # -- claim 4: stopping, from anywhere, ends every blocked caller ----------------------------
 
 
@@ -693,6 +789,29 @@ def test_put_subscribers_that_all_disconnect_on_their_closing_message_do_not_wai
     assert time.monotonic() - started < WAIT  # not the whole timeout: nobody waited for a waiter
     for subscriber in subscribers:
         assert subscriber.took.get(timeout=WAIT * 3) < WAIT
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_interpreter_exit_ends_callers_a_put_calling_back_and_the_process_at_once(era: Era) -> None:
+    root = Path(__file__).resolve().parents[1]
+    host = subprocess.run(
+        [sys.executable, str(root / "tests" / "hosts" / "exit_calling_back.py"), era],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 4,  # each wait in the host is 30 s or more: none of them may be waited out
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root,
+    )
+    assert host.returncode == 0, host.stderr
+    lines = host.stdout.splitlines()
+    assert lines[0] == "exiting", host.stdout
+    assert sorted(lines[1:]) == [
+        "iteration: ended",
+        "put disconnect: returned",
+        "put request: NotConnected",
+        "request: NotConnected",
+    ], host.stdout
 
 
 # -- claim 5: follow-ups and re-entry ----------------------------------------------------

@@ -85,12 +85,13 @@ class ServerCalls:
         frames are on the transport, in order, when this returns."""
         return self._monitor.run(message, COMMAND_WAIT if timeout is None else min(timeout, COMMAND_WAIT))
 
-    def _send_request(self, method: str, params: dict[str, Any] | None) -> PendingRequest:
+    def _send_request(self, method: str, params: dict[str, Any] | None, wait: float | None = None) -> PendingRequest:
         """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`).
-        A client that is not ready (or has stopped) fails the request through its future."""
+        A client that is not ready (or has stopped) fails the request through its future.
+        ``wait``: seconds to wait for the session (at most COMMAND_WAIT), else RequestTimeout."""
         request_id = self._ids.next_id()
         future = Reply()
-        self._run(SendRequest(request_id, method, params, future))
+        self._run(SendRequest(request_id, method, params, future), wait)
         return PendingRequest(request_id, method, future)
 
     def _await_request(self, pending: PendingRequest, wait: float) -> Any:

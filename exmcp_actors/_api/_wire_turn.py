@@ -20,12 +20,23 @@ import pykka
 
 from .._protocol._errors import RequestTimeout, SubscribeFailed, SubscriberNotAlive
 from .._protocol._events import Release
-from .._runtime._refcount_worker import SharedBook, Unanswered, UnansweredReleases, acquire_uris, release_here
+from .._runtime._refcount_worker import (
+    SharedBook,
+    Unanswered,
+    UnansweredReleases,
+    UnsentReleases,
+    acquire_uris,
+    release_here,
+)
 
 logger = logging.getLogger("exmcp_actors")
 
-#: ``send(method, params) -> pending``: a request sent on this thread, not awaited.
-Send = Callable[[str, dict[str, Any] | None], Any]
+#: ``send(method, params, wait) -> pending``: a request sent on this thread, not awaited;
+#: RequestTimeout (nothing sent) if the session stays busy for ``wait`` seconds.
+Send = Callable[[str, dict[str, Any] | None, float], Any]
+#: The least a wire call waits for the session, even past the deadline: a holder's steps take
+#: microseconds, and a rollback sent at the deadline should not fall back for them.
+SESSION_WAIT_FLOOR = 0.1
 
 
 class WireTurn:
@@ -45,7 +56,7 @@ class WireTurn:
             raise timed_out
 
         def subscribe(uri: str) -> None:
-            pending = self._send("resources/subscribe", {"uri": uri})
+            pending = self._send("resources/subscribe", {"uri": uri}, _session_wait(deadline))
             try:
                 pending.future.result(max(0.0, deadline - time.monotonic()))
             except BaseException as error:
@@ -72,7 +83,8 @@ class WireTurn:
 
         Raises:
             RequestTimeout: the turn stayed taken (by another thread's wire call, or a
-                resubscription) past the deadline: nothing was sent, and the worker sends it later.
+                resubscription), or the session busy, past the deadline: what was not sent then,
+                the worker sends later.
         """
         book = self.book
         if not book.holds(handle_id) or book.release_held(handle_id):
@@ -83,7 +95,11 @@ class WireTurn:
                 f"resources/unsubscribe could not be sent within {wait:g}s: another wire call held the "
                 "client's turn; the URIs are released once it ends"
             )
-        self._release_in_turn(handle_id, deadline)
+        if not self._release_in_turn(handle_id, deadline):
+            raise RequestTimeout(
+                f"resources/unsubscribe could not be sent within {wait:g}s: the client stayed busy; "
+                "it is sent once the client is free"
+            )
 
     def give_back_quietly(self, handle_id: Any, deadline: float) -> None:
         """:meth:`give_back` after a failure, which it never raises over (a turn that stays taken
@@ -95,18 +111,30 @@ class WireTurn:
         except Exception:
             logger.exception("giving back the URIs of the failed registration %s failed", handle_id)
 
-    def _release_in_turn(self, handle_id: Any, deadline: float) -> None:
+    def _release_in_turn(self, handle_id: Any, deadline: float) -> bool:
         """Send the unsubscribes, wait for their answers until ``deadline``, let go of the turn
-        (which the caller holds); the worker takes over the answers still awaited."""
+        (which the caller holds). The worker takes over the answers still awaited, and the
+        unsubscribes the session was too busy to take (then this returns False)."""
+
+        def send(method: str, params: dict[str, Any] | None) -> Any:
+            return self._send(method, params, _session_wait(deadline))
+
         try:
-            late = release_here(self.book, self._send, handle_id, deadline)
+            released = release_here(self.book, send, handle_id, deadline)
         finally:
             self.book.serial.release()
-        if late:
-            self._tell(UnansweredReleases(tuple(late)))
+        if released.sent:
+            self._tell(UnansweredReleases(tuple(released.sent)))
+        if released.unsent:
+            self._tell(UnsentReleases(tuple(released.unsent)))
+        return not released.unsent
 
     def _tell(self, message: Any) -> None:
         try:
             self._worker.tell(message)
         except pykka.ActorDeadError:
             pass  # the client stopped: its session, and its subscriptions, are gone
+
+
+def _session_wait(deadline: float) -> float:
+    return max(SESSION_WAIT_FLOOR, deadline - time.monotonic())

@@ -85,12 +85,16 @@ A thread holding a lock may take only those below it, never one above::
     delivery lane            DeliveryLane._lock (re-entrant; a reader takes it first and only
                              *tries* the monitor, so the two cannot deadlock)
     leaves                   SharedBook.lock, Shell._proxy_lock, LivenessWatcher._lock, the
-                             scheduler's, a transport's writer queue, host pool queues: none
-                             takes another lock of the library or runs host code
+                             scheduler's, a transport's writer queue, host pool queues and
+                             the like: none runs host code or takes a lock above it, and
+                             they nest only in this order: Shell._proxy_lock (starting a
+                             proxy) > LivenessWatcher._lock > TimerSlot's > the scheduler's;
+                             HostRuntime's early-status lock > a Book's
 
 ``Shell.transport_lock`` stands apart: a connector holds it while it opens the transport
 (blocking I/O) and takes nothing else; the shutdown takes it after letting go of the monitor.
 A thread that holds the monitor and asks for it again gets ``_monitor.Reentered`` (a bug of
 the library), never a hang; an input raised inside a delivery (a bound's overflow) is run
-before the monitor is let go (``SessionMonitor.defer``).
+before the monitor is let go (``SessionMonitor.defer``), or, raised on a reader delivering
+without the monitor, by the client actor.
 """

@@ -127,12 +127,14 @@ class ClientActor(pykka.ThreadingActor):
         handles: list[Any] = []
         with self.monitor.turn() as session:
             slot = session.registry.slots.get(message.key)
-            if slot is None or slot.ref is None or slot.ref.actor_urn != message.proxy_urn:
+            stopped = slot.ref if slot is not None else None
+            if slot is None or stopped is None or stopped.actor_urn != message.proxy_urn:
                 return
             if not message.died:
                 # Someone else stopped the proxy (ActorRegistry.stop_all, say), not its subscriber's
                 # death: the subscriber still needs one, at least to receive its closing messages.
-                self.shell.replace_proxy(slot, slot.ref)
+                # (The proxy checked, not slot.ref read again: a reader may have replaced it since.)
+                self.shell.replace_proxy(slot, stopped)
                 return
             self.shell.watcher.unwatch(message.key)
             entries = session.registry.entries

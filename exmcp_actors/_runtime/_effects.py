@@ -153,12 +153,15 @@ class Shell:
             self.watcher.watch(subscriber.key, subscriber.alive, ref)
         return ref
 
-    def replace_proxy(self, slot: Slot, stopped: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-        """A slot's proxy found stopped from outside (not by its subscriber's death): start its
-        successor, once, whichever thread finds it first (a reader or a monitor holder)."""
+    def replace_proxy(self, slot: Slot, found: pykka.ActorRef[Any] | None) -> pykka.ActorRef[Any]:
+        """Start a slot's proxy if the slot still has what was ``found`` there: None (not
+        started yet: the registration's StartProxy, or a reader that delivers before it) or a
+        proxy stopped from outside (not by its subscriber's death). Once, whichever thread
+        comes first (a reader or a monitor holder); the others get the one it started."""
         with self._proxy_lock:
-            if slot.ref is stopped:
-                logger.info("%s: subscriber proxy %s was stopped from outside; starting a new one", self.name, slot.key)
+            if slot.ref is found:
+                if found is not None:
+                    logger.info("%s: proxy of %s stopped from outside; starting another", self.name, slot.key)
                 slot.ref = self.start_proxy(slot.subscriber)
             ref: pykka.ActorRef[Any] = slot.ref
             return ref
@@ -219,7 +222,7 @@ class Shell:
                 pass  # the worker stopped: the client is going down, and its session with it
 
     def _start_proxy(self, session: Session, effect: ev.StartProxy) -> None:
-        effect.slot.ref = self.start_proxy(effect.slot.subscriber)
+        self.replace_proxy(effect.slot, None)  # unless a reader started it already
 
     def _retire_proxy(self, session: Session, effect: ev.RetireProxy) -> None:
         self.watcher.unwatch(effect.slot.key)

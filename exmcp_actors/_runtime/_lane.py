@@ -35,7 +35,8 @@ from .._protocol._jsonrpc import Frame
 from ._monitor import settle_all
 from ._subscriber_proxy import Deliver
 
-#: ``replace(slot, stopped_ref) -> ref or None``: the successor of a proxy found stopped.
+#: ``replace(slot, found_ref) -> ref or None``: the proxy of a slot found with none yet (None)
+#: or with a stopped one (see ``Shell.replace_proxy``).
 Replace = Callable[[Any, Any], Any]
 
 #: Releases the GIL and the CPU for a moment (one syscall).
@@ -61,17 +62,22 @@ def flush(out: Outbox, replace: Replace) -> None:
         if not messages:
             continue
         ref = route.ref
-        try:
-            ref.tell(Deliver(messages))
-        except pykka.ActorDeadError:
-            # Stopped from outside (not by its subscriber's death, which removes the route):
-            # its successor takes the batch, so a closing message is not lost.
-            successor = replace(route, ref)
+        if ref is not None:
             try:
-                if successor is not None:
-                    successor.tell(Deliver(messages))
+                ref.tell(Deliver(messages))
+                continue
             except pykka.ActorDeadError:
-                pass  # the client is going down with its subscribers: nobody left to deliver to
+                pass
+        # Not started yet (a registration indexes its listener a moment before it starts the
+        # proxy, and a reader may deliver in between), or stopped from outside (not by its
+        # subscriber's death, which removes the route): whoever finds it so starts it, once,
+        # and it takes the batch, so no message (a closing one included) is lost.
+        successor = replace(route, ref)
+        try:
+            if successor is not None:
+                successor.tell(Deliver(messages))
+        except pykka.ActorDeadError:
+            pass  # the client is going down with its subscribers: nobody left to deliver to
     out.clear()
 
 
@@ -93,7 +99,7 @@ class DeliveryLane:
         self._backlog = 0
         #: ``answer(frame, settles) -> bool``: takes a host's answer here if it can (``SessionMonitor.try_answer``).
         self.answer: Callable[[Frame, list[Settle]], bool] = _never
-        #: Starts the successor of a proxy found stopped (``Shell.replace_proxy``).
+        #: Starts the proxy of a slot found without a live one (``Shell.replace_proxy``).
         self.replace: Replace = _no_successor
 
     # -- the reader's side -----------------------------------------------------------------

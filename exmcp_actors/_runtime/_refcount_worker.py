@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
@@ -82,6 +82,14 @@ class UnansweredReleases:
 
     #: ``(uri, pending)`` of each, as ``Wire.send`` returned it.
     sent: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnsentReleases:
+    """A host could not send these ``resources/unsubscribe`` calls (the session stayed busy
+    past its wait) (tell): the worker sends each whose URI nobody holds by then."""
+
+    uris: tuple[str, ...]
 
 
 #: ``request(method, params)``: a wire call that returns the result or raises the library's errors.
@@ -163,37 +171,50 @@ def acquire_uris(
             shared.book.record(listener_id, taken)
 
 
-def send_releases(shared: SharedBook, send: Send, listener_id: Hashable) -> list[tuple[str, Any]]:
+@dataclass(slots=True)
+class Released:
+    """What giving back a listener's URIs sent, and what it could not send."""
+
+    #: ``(uri, pending)`` of each ``resources/unsubscribe`` sent.
+    sent: list[tuple[str, Any]] = field(default_factory=list)
+    #: URIs nobody holds any more whose unsubscribe could not be sent: the session stayed busy
+    #: past the wait (a bug of the library's, or a host holding it from a test).
+    unsent: list[str] = field(default_factory=list)
+
+
+def send_releases(shared: SharedBook, send: Send, listener_id: Hashable) -> Released:
     """Give back what a listener holds: one holder less of each of its URIs, and a
     ``resources/unsubscribe`` for each that nobody holds any more, all sent before any answer
     is awaited (so they are on the wire, in order, when this returns). The caller holds
-    ``shared.serial``. Returns ``(uri, pending)`` of each call sent."""
+    ``shared.serial``."""
     with shared.lock:
         uris = shared.book.forget(listener_id)
-    sent: list[tuple[str, Any]] = []
+    released = Released()
     for uri in reversed(uris):
         with shared.lock:
             unsubscribe = shared.book.drop(uri)
         if unsubscribe:
             try:
-                sent.append((uri, send("resources/unsubscribe", {"uri": uri})))
-            except Error as error:
-                unsubscribe_failed(uri, error)
-    return sent
+                released.sent.append((uri, send("resources/unsubscribe", {"uri": uri})))
+            except RequestTimeout:  # nothing was sent
+                released.unsent.append(uri)
+    return released
 
 
-def release_here(shared: SharedBook, send: Send, listener_id: Hashable, deadline: float) -> list[tuple[str, Any]]:
-    """:func:`send_releases`, then wait for the answers until ``deadline`` (a monotonic time).
-    Returns the calls still unanswered by then (for :class:`UnansweredReleases`)."""
+def release_here(shared: SharedBook, send: Send, listener_id: Hashable, deadline: float) -> Released:
+    """:func:`send_releases`, then wait for the answers until ``deadline`` (a monotonic time);
+    ``sent`` keeps the calls still unanswered by then (for :class:`UnansweredReleases`)."""
+    released = send_releases(shared, send, listener_id)
     late: list[tuple[str, Any]] = []
-    for uri, pending in send_releases(shared, send, listener_id):
+    for uri, pending in released.sent:
         try:
             pending.future.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             late.append((uri, pending))
         except Error as error:
             unsubscribe_failed(uri, error)
-    return late
+    released.sent = late
+    return released
 
 
 def unsubscribe_uri(request: Request, uri: str) -> None:
@@ -238,9 +259,19 @@ class RefcountWorker(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Release):
             with self._shared.serial:
-                self._await_unsubscribes(send_releases(self._shared, self._wire.send, message.listener_id))
+                released = send_releases(self._shared, self._wire.send, message.listener_id)
+                for uri in released.unsent:
+                    logger.warning("resources/unsubscribe %s not sent: the client stayed busy", uri)
+                self._await_unsubscribes(released.sent)
         elif isinstance(message, UnansweredReleases):
             self._await_unsubscribes(message.sent)
+        elif isinstance(message, UnsentReleases):
+            with self._shared.serial:
+                for uri in message.uris:
+                    with self._lock:
+                        unheld = self._shared.book.count(uri) == 0
+                    if unheld:
+                        unsubscribe_uri(self._request, uri)
         elif isinstance(message, Unanswered):
             with self._shared.serial:
                 self._settle_unanswered(message)

@@ -1,0 +1,49 @@
+"""A host program for the exit test: when it ends, a put() subscriber is called with its
+closing message and calls back into the client (a request, then disconnect()), while one host
+thread iterates a listener and another waits for a request the server never answers. The
+interpreter must still exit at once, each of them ending with the client's error."""
+
+import sys
+import threading
+from typing import Any
+
+import exmcp_actors as mcp
+from exmcp_actors.testing import NO_REPLY, FakeServer
+
+server = FakeServer(era=sys.argv[1])  # type: ignore[arg-type]
+server.on("test/never", lambda params, ctx: NO_REPLY)
+client = mcp.connect(server.transport(), request_timeout=60)
+
+
+class CallsBackOnClosing:
+    def put(self, message: Any) -> None:
+        if message[0] not in ("ex_mcp_notification_closed", "ex_mcp_subscription_closed"):
+            return
+        try:
+            client.request("test/never", timeout=30)
+        except mcp.Error as error:
+            print(f"put request: {type(error).__name__}", flush=True)
+        client.disconnect(timeout=30)
+        print("put disconnect: returned", flush=True)
+
+
+def iterate(handle: Any) -> None:
+    for _ in handle:
+        pass
+    print("iteration: ended", flush=True)
+
+
+def wait_for_an_answer() -> None:
+    try:
+        client.request("test/never", timeout=60)
+    except mcp.Error as error:
+        print(f"request: {type(error).__name__}", flush=True)
+
+
+flt = {"toolsListChanged": True}
+register = client.listen if client.era == "modern" else client.subscribe_notifications
+register(flt, CallsBackOnClosing())
+threading.Thread(target=iterate, args=(register(flt),), name="host-iterating").start()
+threading.Thread(target=wait_for_an_answer, name="host-requesting").start()
+server.wait_for("test/never")
+print("exiting", flush=True)
