@@ -34,6 +34,7 @@ from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
 from ._jsonrpc import Answer, RequestBuilder, RequestFailed, Response
+from ._peer_text import peer_text
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
 from ._state import HOLDING, EntryState
@@ -118,14 +119,25 @@ class Subscriptions:
 
     def on_notification(self, subscription_id: Any, method: str, params: dict[str, Any]) -> None:
         entry = self._registry.by_listen_id.get(subscription_id)
-        if entry is None:
-            logger.warning("%s: %s for unknown subscription id %r skipped", self._name, method, subscription_id)
+        if entry is None:  # one a server repeats costs one record per interval, not one each
+            self._log.warning(
+                "unknown-subscription",
+                "%s: %s for unknown subscription id %s skipped",
+                self._name,
+                peer_text(method),
+                peer_text(subscription_id, quote=True),
+            )
             return
         if method == ACK_METHOD:
             self._acknowledged(entry, params)
             return
         if method not in FILTERABLE_METHODS:
-            logger.debug("%s: %s on subscription %r (not an event) skipped", self._name, method, subscription_id)
+            logger.debug(
+                "%s: %s on subscription %s (not an event) skipped",
+                self._name,
+                peer_text(method),
+                peer_text(subscription_id, quote=True),
+            )
             return
         if entry.acknowledged is None or entry.state in HOLDING:
             if entry.held is None:
@@ -158,9 +170,9 @@ class Subscriptions:
         ack = filter_from_wire(params.get("notifications"))
         if ack is None or not ack.is_within(entry.requested):
             acked = params.get("notifications")
-            why = f"acknowledgment {acked!r} is wider than the request {entry.requested.as_dict()!r}"
+            why = f"acknowledgment {peer_text(acked)} is wider than the request {entry.requested.as_dict()!r}"
             if ack is None:
-                why = f"malformed acknowledgment {acked!r}"
+                why = f"malformed acknowledgment {peer_text(acked)}"
             logger.error("%s: %s; closing the subscription", self._name, why)
             self.cancel_on_wire(entry)
             if entry.state is EntryState.AWAITING_ACK:
