@@ -9,10 +9,29 @@ import json
 import logging
 import re
 import sys
+import tracemalloc
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from hostile_frames import (
+    ODD_VALUES,
+    PARAMS,
+    SOME_LISTEN_ID,
+    STAMP_KEY,
+    VALID_ERRORS,
+    VALID_PARAMS,
+    VALID_RESULTS,
+    answers,
+    every_field_made_odd,
+    frames,
+    notification,
+    request,
+    resolve,
+    stamped,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_protocol_session import (
     BACKOFF,
     DISCOVER_RESULT,
@@ -38,7 +57,9 @@ from exmcp_actors._protocol._events import (
     Effect,
     HostAnswered,
     Relisten,
+    ResubscribeReport,
     RunHostHandler,
+    TaskStatusNoted,
 )
 from exmcp_actors._protocol._handshake import META_SUBSCRIPTION_ID, ProtocolMode
 from exmcp_actors._protocol._host_checks import HostAbilities
@@ -170,7 +191,97 @@ PHASES: dict[str, Callable[[], HostileDriver]] = {
 }
 
 
+FUZZ = settings(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+phases = st.sampled_from(sorted(PHASES))
+picks = st.lists(st.integers(0, 50), max_size=30)
+
+
+def feed_hostile(driver: HostileDriver, batches: list[list[Any]], picked: list[int], answer_handlers: bool) -> None:
+    """Feed each batch, its placeholders resolved against the ids the client really used."""
+
+    def pick(size: int) -> int:
+        return (picked.pop() if picked else 0) % size
+
+    for batch in batches:
+        driver.frames(*(resolve(frame, driver.request_ids, driver.listen_ids, pick) for frame in batch))
+        if answer_handlers:
+            driver.answer_handlers()
+
+
+@pytest.mark.parametrize("method", sorted(VALID_PARAMS))
+def test_no_field_of_any_message_made_odd_closes_the_client_as_crashed_in_any_phase(method: str) -> None:
+    variants = every_field_made_odd({**VALID_PARAMS[method], "_meta": {STAMP_KEY: SOME_LISTEN_ID}})
+    for phase in sorted(PHASES):
+        driver = PHASES[phase]()
+        for params in variants:
+            # As a notification, as a request, and as an event of each subscription.
+            sent_as = [notification(method, params), request("s1", method, params)]
+            sent_as += [stamped(method, params, listen_id) for listen_id in driver.listen_ids]
+            feed_hostile(driver, [sent_as], [], answer_handlers=True)
+
+
+HANDSHAKING = ["legacy initializing", "legacy reinitializing", "auto probing", "modern probing", "auto falling back"]
+
+
+@pytest.mark.parametrize("phase", HANDSHAKING)
+def test_no_field_of_a_handshake_answer_made_odd_closes_the_client_as_crashed(phase: str) -> None:
+    answers_made_odd = [{"result": odd} for valid in VALID_RESULTS for odd in every_field_made_odd(valid)]
+    answers_made_odd += [{"error": odd} for valid in VALID_ERRORS for odd in every_field_made_odd(valid)]
+    for answer in answers_made_odd:
+        driver = PHASES[phase]()
+        driver.frames({"jsonrpc": "2.0", "id": driver.request_ids[-1], **answer})
+
+
+@pytest.mark.parametrize("phase", ["modern ready", "modern re-listening", "modern reprobing"])
+def test_no_answer_made_odd_to_a_subscriptions_listen_closes_the_client_as_crashed(phase: str) -> None:
+    answers_made_odd = [{"result": odd} for odd in ODD_VALUES]
+    answers_made_odd += [{"error": odd} for valid in VALID_ERRORS for odd in every_field_made_odd(valid)]
+    for answer in answers_made_odd:
+        driver = PHASES[phase]()
+        driver.frames(*({"jsonrpc": "2.0", "id": listen_id, **answer} for listen_id in driver.listen_ids))
+        driver.frames(*(stream_dropped(listen_id) for listen_id in driver.listen_ids))
+
+
+@pytest.mark.parametrize("method", sorted(PARAMS))
+@settings(FUZZ, max_examples=40)
+@given(phases, st.data(), picks)
+def test_no_message_of_any_method_closes_the_client_as_crashed_in_any_phase(
+    method: str, phase: str, data: st.DataObject, picked: list[int]
+) -> None:
+    params = data.draw(PARAMS[method])
+    # As a notification, as an event of a subscription, as a request; each twice.
+    sent_as = [notification(method, params), stamped(method, params), request("s1", method, params)]
+    feed_hostile(PHASES[phase](), [sent_as * 2], picked, answer_handlers=True)
+
+
+@settings(FUZZ, max_examples=100)
+@given(phases, st.lists(answers, min_size=1, max_size=4), picks)
+def test_no_answer_to_any_request_closes_the_client_as_crashed_in_any_phase(
+    phase: str, answered: list[Any], picked: list[int]
+) -> None:
+    feed_hostile(PHASES[phase](), [answered], picked, answer_handlers=False)
+
+
+@settings(FUZZ, max_examples=100)
+@given(phases, st.lists(st.lists(frames, max_size=6), min_size=1, max_size=4), picks, st.booleans())
+def test_no_mix_of_frames_closes_the_client_as_crashed_in_any_phase(
+    phase: str, batches: list[list[Any]], picked: list[int], answer_handlers: bool
+) -> None:
+    driver = PHASES[phase]()
+    feed_hostile(driver, batches, picked, answer_handlers)
+    if phase == "legacy resubscribing" and driver.session.ready:
+        driver.feed(ResubscribeReport(driver.generation, frozenset({"file:///a"}), {"file:///b": "refused"}))
+
+
 # -- what the fuzzing found ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [["completed"], {"s": 1}, 7, None])
+def test_a_task_status_whose_status_is_no_string_is_skipped_as_the_servers_bad_frame(status: Any) -> None:
+    driver = legacy_in("ready")
+    effects = driver.frames(notice("notifications/tasks/status", {"taskId": "t1", "status": status}))
+    assert only(effects, TaskStatusNoted) == []
+    assert driver.session.ready
 
 
 def run_at_depth(depth: int, work: Callable[[], T]) -> T:
@@ -186,6 +297,27 @@ def test_an_invalid_frame_nested_as_deep_as_a_decoder_allows_is_skipped_however_
     run_at_depth(headroom - 40, lambda: driver.frames({"jsonrpc": "2.0", "params": nested}))
     run_at_depth(headroom - 40, lambda: driver.frames({"jsonrpc": "2.0", "id": nested, "result": 1}))
     assert driver.session.ready
+
+
+def test_a_flood_held_across_a_reconnect_costs_the_bound_not_the_flood() -> None:
+    bound = 500  # the session's is MAX_HELD_NOTIFICATIONS; a small one keeps the test quick
+
+    def held_bytes(flood: int) -> int:
+        driver = legacy_in("resubscribing")
+        driver.session.listeners.bound = bound
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            for start in range(0, flood, 500):
+                driver.frames(*(notice(LOG, {"level": "info", "data": f"line {n}"}) for n in range(start, start + 500)))
+            held = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        assert driver.session.listeners.held_count == bound
+        return held
+
+    small, large = held_bytes(bound * 2), held_bytes(bound * 20)
+    assert large < small * 1.1  # ten times the flood, the same backlog
 
 
 # -- what the server says, as it reaches our records and texts -----------------------------
