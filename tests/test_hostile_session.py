@@ -51,13 +51,16 @@ from test_protocol_session import (
     uris,
 )
 
+from exmcp_actors._protocol import _messages as m
 from exmcp_actors._protocol._config import SessionConfig
 from exmcp_actors._protocol._errors import ConnectError, RequestError
 from exmcp_actors._protocol._events import (
     Effect,
+    FetchSnapshot,
     HostAnswered,
     Relisten,
     ResubscribeReport,
+    ResyncDone,
     RunHostHandler,
     TaskStatusNoted,
 )
@@ -66,7 +69,7 @@ from exmcp_actors._protocol._host_checks import HostAbilities
 from exmcp_actors._protocol._jsonrpc import RequestBuilder
 from exmcp_actors._protocol._peer_text import peer_text
 from exmcp_actors._protocol._session import Session
-from exmcp_actors._protocol._state import Pause
+from exmcp_actors._protocol._state import EntryState, Pause
 
 T = TypeVar("T")
 RAW_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
@@ -297,6 +300,35 @@ def test_an_invalid_frame_nested_as_deep_as_a_decoder_allows_is_skipped_however_
     run_at_depth(headroom - 40, lambda: driver.frames({"jsonrpc": "2.0", "params": nested}))
     run_at_depth(headroom - 40, lambda: driver.frames({"jsonrpc": "2.0", "id": nested, "result": 1}))
     assert driver.session.ready
+
+
+def test_a_server_acknowledging_a_subscription_over_and_over_costs_one_snapshot_fetch_in_flight() -> None:
+    driver = modern_in("ready")
+    handle, listen_id = driver.live(uris("file:///a"))
+    again = acknowledgment(listen_id, uris("file:///a"))
+    effects = driver.frames(*[again] * 1000)
+    [fetch] = only(effects, FetchSnapshot)
+    entry = driver.session.registry.entries[handle.id]
+    assert entry.state is EntryState.RESYNCING_AGAIN
+    # That snapshot answers an acknowledgment older than the last: it is fetched once more.
+    effects = driver.feed(ResyncDone(handle.id, fetch.listen_id, {"stale": True}))
+    assert only(effects, FetchSnapshot) == [fetch]
+    assert driver.received(handle) == []
+    driver.feed(ResyncDone(handle.id, fetch.listen_id, {"fresh": True}))
+    assert driver.received(handle) == [
+        m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, handle, ("complete", {"fresh": True}))
+    ]
+    assert entry.state is EntryState.LIVE
+
+
+def test_a_subscription_acknowledged_again_while_its_snapshot_is_fetched_can_still_drop_and_relisten() -> None:
+    driver = modern_in("ready")
+    handle, listen_id = driver.live(uris("file:///a"))
+    driver.frames(acknowledgment(listen_id, uris("file:///a")), acknowledgment(listen_id, uris("file:///a")))
+    driver.frames(stream_dropped(listen_id))
+    entry = driver.session.registry.entries[handle.id]
+    assert entry.state is EntryState.RELISTENING
+    assert driver.feed(ResyncDone(handle.id, listen_id, {})) == []  # the stale fetch is no one's
 
 
 def test_a_flood_held_across_a_reconnect_costs_the_bound_not_the_flood() -> None:
