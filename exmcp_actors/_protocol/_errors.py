@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._peer_text import peer_text
+
 
 class Error(Exception):
     """Base class of every exception this library raises on purpose."""
@@ -110,8 +112,10 @@ class RequestError(Error):
         self.code = code
         self.message = message
         self.data = data
+        # .message keeps the server's words as sent; the text shows them safe to print.
+        text = peer_text(message, 1000)
         super().__init__(
-            f"the server answered with JSON-RPC error {code}: {message}", reason=("request_error", code, message)
+            f"the server answered with JSON-RPC error {code}: {text}", reason=("request_error", code, message)
         )
 
     def as_term(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from ._errors import ConnectError, error_term
 from ._jsonrpc import UNSUPPORTED_VERSION, Answer, ErrorResponse, RequestBuilder, RequestFailed, notification
+from ._peer_text import peer_text
 from ._state import ConnectionState, Move, Phase
 from ._versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, MODERN_VERSIONS, Era, era_of
 
@@ -190,19 +191,19 @@ class Handshake:
                 legacy_possible = supported is None or any(v in LEGACY_VERSIONS for v in supported)
                 if self.mode == "modern" or not legacy_possible:
                     return self._fail(
-                        f"the server does not support MCP {MODERN_VERSION}; it supports {supported}",
+                        f"the server does not support MCP {MODERN_VERSION}; it supports {peer_text(supported)}",
                         reason=("unsupported_protocol_version", supported),
                     )
                 return self._initialize()
             if self.mode == "modern":
-                return self._fail(f"server/discover failed: {answer.code} {answer.message}")
+                return self._fail(f"server/discover failed: {answer.code} {peer_text(answer.message)}")
             return self._initialize()  # any other error is evidence of a legacy server
         result = answer.result
         versions = result.get("supportedVersions") if isinstance(result, dict) else None
         if not isinstance(versions, list) or not any(v in MODERN_VERSIONS for v in versions):
             if self.mode == "modern":
                 return self._fail(
-                    f"the server does not support MCP {MODERN_VERSION}; it supports {versions}",
+                    f"the server does not support MCP {MODERN_VERSION}; it supports {peer_text(versions)}",
                     reason=("unsupported_protocol_version", versions),
                 )
             return self._initialize()  # discover answered, but only legacy versions advertised
@@ -235,13 +236,14 @@ class Handshake:
                 self._reprobed = True
                 return self._probe()
             return self._fail(
-                f"initialize failed: {answer.code} {answer.message}", reason=("initialize_failed", answer.code)
+                f"initialize failed: {answer.code} {peer_text(answer.message)}",
+                reason=("initialize_failed", answer.code),
             )
         result = answer.result
         version = result.get("protocolVersion") if isinstance(result, dict) else None
         if era_of(version) != "legacy":
             return self._fail(
-                f"the server answered initialize with protocol version {version!r}, "
+                f"the server answered initialize with protocol version {peer_text(version, quote=True)}, "
                 f"which this client does not speak (it speaks {', '.join(LEGACY_VERSIONS)})",
                 reason=("unsupported_protocol_version", version),
             )

@@ -153,7 +153,8 @@ def check_log(params: dict[str, Any]) -> str | None:
 def check_task_status(params: dict[str, Any]) -> str | None:
     if not isinstance(params.get("taskId"), str):
         return "taskId must be a string"
-    if params.get("status") not in TASK_STATES:
+    status = params.get("status")
+    if not isinstance(status, str) or status not in TASK_STATES:  # a set: an unhashable value would raise
         return f"status must be one of {', '.join(sorted(TASK_STATES))}"
     return None
 

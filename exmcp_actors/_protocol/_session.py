@@ -41,6 +41,7 @@ from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
 from ._lifecycle import Lifecycle
 from ._listeners import Listeners
+from ._peer_text import peer_text
 from ._pending import PendingTable
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
@@ -184,7 +185,12 @@ class Session:
         The peer's bad input never comes here: where it is read, it raises :class:`ProtocolError`.
         """
         self._internal.error(
-            "internal", "%s: internal error handling a frame: %r (frame %.200r)", self.name, error, frame, exc_info=True
+            "internal",
+            "%s: internal error handling a frame: %s (frame %s)",
+            self.name,
+            peer_text(error),
+            peer_text(frame),
+            exc_info=True,
         )
         life = self.life
         if life.closed:
@@ -207,13 +213,15 @@ class Session:
         elif isinstance(msg, rpc.ServerRequest):
             self._on_server_request(msg)
         else:
-            raise ProtocolError(f"{msg.why} ({msg.frame!r:.200})", reason=("invalid_frame", msg.why))
+            raise ProtocolError(f"{msg.why} ({peer_text(msg.frame)})", reason=("invalid_frame", msg.why))
 
     def _on_server_request(self, msg: rpc.ServerRequest) -> None:
         if msg.method == "ping":
             self.effects.send(rpc.result_frame(msg.id, {}))
         elif not self.host.on_request(msg, self.generation):
-            logger.info("%s: server request %r is not supported; answering -32601", self.name, msg.method)
+            logger.info(
+                "%s: server request %s is not supported; answering -32601", self.name, peer_text(msg.method, quote=True)
+            )
             self.effects.send(rpc.error_frame(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"))
 
     def _on_answer(self, msg: rpc.Answer) -> None:
@@ -224,10 +232,13 @@ class Session:
         if self.pending.answer(msg):
             return
         if isinstance(msg, rpc.RequestFailed):  # finished meanwhile (timed out, cancelled): no one waits
-            logger.debug("%s: request %.100r is no longer pending: %s", self.name, msg.id, msg.error)
+            logger.debug("%s: request %s is no longer pending: %s", self.name, peer_text(msg.id, quote=True), msg.error)
         else:
             self._bad_input.warning(
-                "unknown-id", "%s: a response to an unknown request id %.100r was skipped", self.name, msg.id
+                "unknown-id",
+                "%s: a response to an unknown request id %s was skipped",
+                self.name,
+                peer_text(msg.id, quote=True),
             )
 
     def answer_now(self, frame: rpc.Frame) -> bool:
@@ -246,7 +257,8 @@ class Session:
         elif for_a_subscription(method, params):
             subscription_id = subscription_id_of(params)
             if subscription_id is not None and not isinstance(subscription_id, (str, int, float)):
-                raise ProtocolError(f"{method} is stamped with a subscription id that is no string or number")
+                why = "is stamped with a subscription id that is no string or number"
+                raise ProtocolError(f"{peer_text(method)} {why}: {peer_text(subscription_id, quote=True)}")
             self.subscriptions.on_notification(subscription_id, method, params)
         elif self.listeners.pause is not Pause.NONE:
             self.listeners.hold(method, params)

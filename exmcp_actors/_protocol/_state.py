@@ -208,6 +208,9 @@ class EntryState(enum.Enum):
     LIVE = "live"  # acknowledged: delivers the events inside the acknowledged filter
     RELISTENING = "relistening"  # its stream dropped: waiting to be acknowledged again
     RESYNCING = "resyncing"  # acknowledged again: the snapshot is refetched off the actor
+    #: Acknowledged again while its snapshot was being fetched: that fetch is stale, and one
+    #: more follows it (one fetch in flight per entry, however often the server acknowledges).
+    RESYNCING_AGAIN = "resyncing_again"
 
 
 #: The states an entry is created in (it leaves the table when it is forgotten).
@@ -222,9 +225,13 @@ ENTRY_STARTS: Final = frozenset({EntryState.PENDING, EntryState.ACTIVE, EntrySta
 #:              RELISTENING ──acknowledged──> LIVE                          (a watch: no snapshot)
 #:     PENDING or ACTIVE ──the peer turned modern──> RELISTENING   (a watch carries on modern)
 #:
-#: Besides: a stream that drops again before it is live re-listens again (RELISTENING or
-#: RESYNCING -> RELISTENING), and an acknowledgment that comes again starts over from it
-#: (LIVE or RESYNCING -> RESYNCING for a subscription, LIVE -> LIVE for a watch).
+#: Besides: a stream that drops again before it is live re-listens again (RELISTENING,
+#: RESYNCING or RESYNCING_AGAIN -> RELISTENING), and an acknowledgment that comes again
+#: starts over from it (LIVE -> RESYNCING for a subscription, LIVE -> LIVE for a watch). One
+#: that comes while the snapshot is fetched waits for that fetch (RESYNCING ->
+#: RESYNCING_AGAIN, however many come), whose stale snapshot is then fetched once more
+#: (RESYNCING_AGAIN -> RESYNCING): a server repeating its acknowledgment costs one fetch in
+#: flight, not a thread and a request for each.
 ENTRY_MOVES: Final[dict[EntryState, frozenset[EntryState]]] = {
     EntryState.PENDING: frozenset({EntryState.ACTIVE, EntryState.DEAD, EntryState.RELISTENING}),
     EntryState.DEAD: frozenset(),
@@ -232,13 +239,18 @@ ENTRY_MOVES: Final[dict[EntryState, frozenset[EntryState]]] = {
     EntryState.AWAITING_ACK: frozenset({EntryState.LIVE}),
     EntryState.LIVE: frozenset({EntryState.RELISTENING, EntryState.RESYNCING, EntryState.LIVE}),
     EntryState.RELISTENING: frozenset({EntryState.RELISTENING, EntryState.RESYNCING, EntryState.LIVE}),
-    EntryState.RESYNCING: frozenset({EntryState.RELISTENING, EntryState.RESYNCING, EntryState.LIVE}),
+    EntryState.RESYNCING: frozenset({EntryState.RELISTENING, EntryState.RESYNCING_AGAIN, EntryState.LIVE}),
+    EntryState.RESYNCING_AGAIN: frozenset({EntryState.RELISTENING, EntryState.RESYNCING_AGAIN, EntryState.RESYNCING}),
 }
 
 #: Entries their host never had delivered to (a registration or an acknowledgment under way):
 #: no closing message reaches them.
 UNANNOUNCED: Final = frozenset({EntryState.PENDING, EntryState.DEAD, EntryState.AWAITING_ACK})
 #: Modern entries that hold their events until they are live (again).
-HOLDING: Final = frozenset({EntryState.AWAITING_ACK, EntryState.RELISTENING, EntryState.RESYNCING})
+HOLDING: Final = frozenset(
+    {EntryState.AWAITING_ACK, EntryState.RELISTENING, EntryState.RESYNCING, EntryState.RESYNCING_AGAIN}
+)
+#: Modern entries whose snapshot is being fetched.
+FETCHING: Final = frozenset({EntryState.RESYNCING, EntryState.RESYNCING_AGAIN})
 #: Legacy entries whose registration is under way: not their host's to remove yet.
 REGISTERING: Final = frozenset({EntryState.PENDING, EntryState.DEAD})

@@ -34,9 +34,10 @@ from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
 from ._jsonrpc import Answer, RequestBuilder, RequestFailed, Response
+from ._peer_text import peer_text
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
-from ._state import HOLDING, EntryState
+from ._state import FETCHING, HOLDING, EntryState
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -118,14 +119,25 @@ class Subscriptions:
 
     def on_notification(self, subscription_id: Any, method: str, params: dict[str, Any]) -> None:
         entry = self._registry.by_listen_id.get(subscription_id)
-        if entry is None:
-            logger.warning("%s: %s for unknown subscription id %r skipped", self._name, method, subscription_id)
+        if entry is None:  # one a server repeats costs one record per interval, not one each
+            self._log.warning(
+                "unknown-subscription",
+                "%s: %s for unknown subscription id %s skipped",
+                self._name,
+                peer_text(method),
+                peer_text(subscription_id, quote=True),
+            )
             return
         if method == ACK_METHOD:
             self._acknowledged(entry, params)
             return
         if method not in FILTERABLE_METHODS:
-            logger.debug("%s: %s on subscription %r (not an event) skipped", self._name, method, subscription_id)
+            logger.debug(
+                "%s: %s on subscription %s (not an event) skipped",
+                self._name,
+                peer_text(method),
+                peer_text(subscription_id, quote=True),
+            )
             return
         if entry.acknowledged is None or entry.state in HOLDING:
             if entry.held is None:
@@ -158,9 +170,9 @@ class Subscriptions:
         ack = filter_from_wire(params.get("notifications"))
         if ack is None or not ack.is_within(entry.requested):
             acked = params.get("notifications")
-            why = f"acknowledgment {acked!r} is wider than the request {entry.requested.as_dict()!r}"
+            why = f"acknowledgment {peer_text(acked)} is wider than the request {entry.requested.as_dict()!r}"
             if ack is None:
-                why = f"malformed acknowledgment {acked!r}"
+                why = f"malformed acknowledgment {peer_text(acked)}"
             logger.error("%s: %s; closing the subscription", self._name, why)
             self.cancel_on_wire(entry)
             if entry.state is EntryState.AWAITING_ACK:
@@ -189,9 +201,17 @@ class Subscriptions:
             entry.to(EntryState.LIVE)
             self._release_held(entry)
             return
+        if entry.state in FETCHING:
+            # The snapshot in flight answers an earlier acknowledgment: one more fetch follows
+            # it, however many acknowledgments come meanwhile (never a thread for each).
+            entry.to(EntryState.RESYNCING_AGAIN)
+            return
         entry.to(EntryState.RESYNCING)
-        assert entry.listen_id is not None
-        effects.do(FetchSnapshot(handle.id, entry.listen_id, ack))
+        self._fetch_snapshot(entry)
+
+    def _fetch_snapshot(self, entry: Entry) -> None:
+        assert entry.listen_id is not None and entry.acknowledged is not None
+        self._fx.do(FetchSnapshot(entry.handle.id, entry.listen_id, entry.acknowledged))
 
     def _release_held(self, entry: Entry) -> None:
         held, entry.held = entry.held or [], []
@@ -229,7 +249,7 @@ class Subscriptions:
             self._fx.reject(entry.ack_future, error)
             registry.forget(entry.handle.id)
             return
-        if entry.state in (EntryState.RESYNCING, EntryState.RELISTENING) and entry.kind == "subscription":
+        if (entry.state in FETCHING or entry.state is EntryState.RELISTENING) and entry.kind == "subscription":
             registry.emit(
                 entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error_term(error)))
             )
@@ -260,8 +280,12 @@ class Subscriptions:
 
     def resync_done(self, message: ResyncDone) -> None:
         entry = self._registry.entries.get(message.handle_id)
-        if entry is None or entry.listen_id != message.listen_id or entry.state is not EntryState.RESYNCING:
+        if entry is None or entry.listen_id != message.listen_id or entry.state not in FETCHING:
             return  # stale: the subscription dropped again or was closed meanwhile
+        if entry.state is EntryState.RESYNCING_AGAIN:
+            entry.to(EntryState.RESYNCING)  # acknowledged again since this fetch began: fetch anew
+            self._fetch_snapshot(entry)
+            return
         outcome = ("complete", message.snapshot) if message.error is None else ("failed", message.error)
         self._registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, outcome))
         entry.to(EntryState.LIVE)
