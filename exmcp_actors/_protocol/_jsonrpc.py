@@ -116,11 +116,14 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
-def _answer_id(value: Any) -> Any:
-    """A response's id as we sent it, or ``_BAD_ID``.
+def answer_id(value: Any) -> Any:
+    """A response's id as we sent it, or ``_BAD_ID`` (equal to no id).
 
     JSON has one number type: ``7.0`` is our ``7`` (some peers round-trip ids
     through doubles), and is looked up as such for results and errors alike.
+    ``"7"`` and ``true`` are not our ``7``. A transport that watches for the answer
+    to a request (an SSE stream ends with it) reads ids through this too, so it
+    never takes for the answer what the session will not route as one.
     """
     if _is_id(value):
         return value
@@ -159,16 +162,16 @@ def classify(frame: Any) -> Incoming:
         return Invalid("neither a request, a notification nor a response", frame)
     if ("result" in frame) == ("error" in frame):
         return Invalid("a response must have exactly one of 'result' and 'error'", frame)
-    answer_id = _answer_id(frame["id"])
+    our_id = answer_id(frame["id"])
     if "error" in frame:
-        if answer_id is _BAD_ID and frame["id"] is not None:  # null: the server could not read our id
+        if our_id is _BAD_ID and frame["id"] is not None:  # null: the server could not read our id
             return Invalid("a response id must be a string, an integer or null", frame)
-        return _error_response(frame, None if answer_id is _BAD_ID else answer_id)
-    if answer_id is _BAD_ID:
+        return _error_response(frame, None if our_id is _BAD_ID else our_id)
+    if our_id is _BAD_ID:
         return Invalid("a response id must be a string or an integer", frame)
     parsed = jsonrpcclient.parse(frame)
     assert isinstance(parsed, jsonrpcclient.Ok)  # classified above: a single success response
-    return Response(answer_id, parsed.result)
+    return Response(our_id, parsed.result)
 
 
 def _error_response(frame: dict[str, Any], answer_id: Any) -> Incoming:

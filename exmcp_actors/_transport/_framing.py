@@ -52,11 +52,19 @@ def invalid_frame(error: str, raw: bytes | str = b"") -> InvalidFrame:
 def encode_message(message: dict[str, Any]) -> bytes:
     """Serialise one JSON-RPC message compactly as UTF-8 (no trailing newline).
 
+    A lone surrogate (JSON's ``"\\ud800"`` decodes to one) has no UTF-8: such a message
+    is sent with its non-ASCII characters escaped, as JSON allows. So an answer that
+    echoes a server's id or method as it came (a ping's, a refusal's) can always be sent.
+
     Raises:
         TypeError: the message holds something JSON cannot represent.
-        ValueError: the message holds a circular reference or a lone surrogate.
+        ValueError: the message holds a circular reference.
     """
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii")
 
 
 def _decode_text_slow(text: str, out: list[Frame], *, skip_blank: bool) -> None:

@@ -10,7 +10,9 @@ from typing import Final
 
 import httpx
 
-__all__ = ["IO_ERRORS", "Config", "logger"]
+from ..._protocol._peer_text import peer_text
+
+__all__ = ["IO_ERRORS", "Config", "logger", "status_line"]
 
 logger = logging.getLogger("exmcp_actors.http")
 
@@ -40,3 +42,9 @@ class Config:
     max_retry_delay: float
     #: Attaches the OAuth bearer token and answers 401/403 (see ``exmcp_actors._auth``).
     auth: httpx.Auth | None = None
+
+
+def status_line(response: httpx.Response) -> str:
+    """``503 Service Unavailable``: the status and the server's reason phrase, safe to print
+    (HTTP/1.1 lets a reason phrase carry ESC, BEL and other controls)."""
+    return f"{response.status_code} {peer_text(response.reason_phrase, 100)}".rstrip()

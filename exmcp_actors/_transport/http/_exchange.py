@@ -21,8 +21,9 @@ the request's id (``Outlet.fail``), whose error names the fault.
 * An SSE response stream ended before the request's response arrived:
   :class:`ExchangeFailed`, see ``_resume.py``.
 * A 2xx that is no answer (a 202/204 or no body for a request, an unknown
-  content type, a JSON body that does not decode): :class:`ProtocolError`,
-  the server's fault.
+  content type, a JSON body that does not decode or is not the request's
+  response): :class:`ProtocolError`, the server's fault. A JSON-RPC error
+  whose id is null is the answer, as it is in an HTTP error's body.
 * A bug of ours while posting: :class:`InternalError`, never blamed on the
   server or the network.
 
@@ -43,8 +44,8 @@ import httpx
 
 from ..._protocol._errors import ExchangeFailed, InternalError, ProtocolError
 from .._base import InvalidFrame
-from ._config import IO_ERRORS, Config, logger
-from ._pump import decode
+from ._config import IO_ERRORS, Config, logger, status_line
+from ._pump import answers, decode
 from ._session import session_gone
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class Poster:
             return  # 202 (or any 2xx) for a notification or a response: done
         content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if status in (202, 204) or not content_type:
-            why = f"the server answered a request with HTTP {status} {response.reason_phrase} and no response"
+            why = f"the server answered a request with HTTP {status_line(response)} and no response"
             self._outlet.fail(post, ProtocolError(why, reason=("no_response", status)))
         elif content_type == "text/event-stream":
             self._resumer.consume(post, response)
@@ -167,15 +168,10 @@ class Poster:
                 self._outlet.deliver([frame], post)
             else:
                 text = raw.decode("utf-8", "replace")[:_ERROR_BODY_QUOTE]
-                what = f"HTTP {status} {response.reason_phrase}".rstrip()
+                what = f"HTTP {status_line(response)}"
                 self._outlet.fail(post, ExchangeFailed(what, status=status, body=text))
         elif not self._outlet.silenced(post):
-            logger.warning(
-                "HTTP %d %s answering %s",
-                status,
-                response.reason_phrase,
-                post.describe(),
-            )
+            logger.warning("HTTP %s answering %s", status_line(response), post.describe())
         own_id = server_error is not None and post.has_id and server_error.get("id") == post.request_id
         gone = session_gone(status, raw) if post.sent_session and not own_id else None
         if gone is not None:
@@ -194,13 +190,34 @@ class Poster:
             bad = InvalidFrame(f"JSON body larger than {limit} bytes", body[:200])
         else:
             frame = decode(body)
-            if not isinstance(frame, InvalidFrame):
-                self._outlet.deliver([frame], post)
+            if isinstance(frame, InvalidFrame):
+                bad = frame
+            else:
+                if _unaddressed_error(frame):  # the server's error; it could not read our id
+                    frame = {**frame, "id": post.request_id}
+                if answers(frame, post.request_id):
+                    self._outlet.deliver([frame], post)
+                    return
+                # One request, one JSON answer: anything else means none will come, so the
+                # request fails now rather than at its timeout. The frame goes first, as sent.
+                why = "the server answered a request with a JSON body that is no answer to it"
+                self._outlet.fail(post, ProtocolError(why, reason=("not_the_answer", post.request_id)), before=[frame])
                 return
-            bad = frame
         why = f"the server answered a request with an unusable JSON body: {bad.error}"
         # The bad frame goes first, logged like any other; then the request fails.
         self._outlet.fail(post, ProtocolError(why, reason=("unusable_body", bad.error)), before=[bad])
+
+
+def _unaddressed_error(frame: Any) -> bool:
+    """Whether ``frame`` is a JSON-RPC error whose id is null."""
+    return (
+        isinstance(frame, dict)
+        and "id" in frame
+        and frame["id"] is None
+        and isinstance(frame.get("error"), dict)
+        and "result" not in frame
+        and "method" not in frame
+    )
 
 
 def _jsonrpc_error(raw: bytes) -> dict[str, Any] | None:

@@ -8,13 +8,13 @@ stream reader (``_resume.py``).
 
 from __future__ import annotations
 
-import json
 import ssl
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ..._protocol._errors import TransportError
+from .._framing import encode_message
 from ._config import Config, logger
 from ._dispatch import Writer
 from ._exchange import Poster
@@ -62,7 +62,7 @@ class Link:
             raise TransportError("HTTP transport is closed")
         if self._outlet.lost:
             raise TransportError("HTTP connection was lost")
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        body = encode_message(message)
         post = Post(message, body, self._session.era)
         self._inflight.add(post)
         self._writer.put(post)

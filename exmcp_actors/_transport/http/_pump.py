@@ -12,10 +12,11 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import httpx
 
+from ..._protocol._jsonrpc import answer_id
 from .._base import Frame, InvalidFrame
 from .._framing import decode_message, decode_text, invalid_frame
 from ._config import IO_ERRORS, logger
@@ -26,13 +27,21 @@ if TYPE_CHECKING:
     from ._plumbing import TrackingBackend
     from ._requests import Post
 
-__all__ = ["EventPump", "decode"]
+__all__ = ["EventPump", "Pumped", "answers", "decode"]
 
 #: After a stream's response arrived, how long to wait for the end of the body
 #: (reading to the end lets the connection be reused).
 _DRAIN_SECONDS: Final = 2.0
 #: ``_frames``' request id when no response is awaited (None is a valid JSON-RPC id).
 _NO_REQUEST: Final = object()
+
+
+class Pumped(NamedTuple):
+    """How an SSE body ended: whether the awaited response arrived, and how many frames the
+    body delivered (a stream that delivered none made no progress: see ``_resume``)."""
+
+    answered: bool
+    frames: int
 
 
 class EventPump:
@@ -43,15 +52,16 @@ class EventPump:
         self._backend = backend
         self._outlet = outlet
 
-    def pump(self, response: httpx.Response, parser: SSEParser, post: Post | None) -> bool:
+    def pump(self, response: httpx.Response, parser: SSEParser, post: Post | None) -> Pumped:
         """Deliver the events of an SSE body, one batch per network read.
 
-        Returns True when ``post``'s response arrived (the body is then drained
-        so the connection can be reused), False when the stream ended first.
+        ``answered`` when ``post``'s response arrived (the body is then drained
+        so the connection can be reused), not when the stream ended first.
         """
         chunks = response.iter_bytes()
         request_id = post.request_id if post is not None and post.has_id else _NO_REQUEST
         outlet = self._outlet
+        delivered = 0
         try:
             for chunk in chunks:
                 items = parser.feed_messages(chunk)
@@ -59,20 +69,21 @@ class EventPump:
                     frames, done = self._frames(items, request_id)
                     if frames:
                         outlet.deliver(frames, post)
+                        delivered += len(frames)
                     if done:
                         self._drain(chunks)
-                        return True
+                        return Pumped(True, delivered)
                     if post is not None and outlet.silenced(post):
-                        return False
+                        return Pumped(False, delivered)
                 if parser.violation is not None:
                     # Bounded memory is kept by skipping; the stream itself is no longer
                     # trusted: dropped, it is resumed or reopened like any broken stream.
                     logger.warning("SSE stream dropped: the server sent %s", parser.violation)
-                    return False
+                    return Pumped(False, delivered)
         except IO_ERRORS as exc:
             if not (post is not None and outlet.silenced(post)) and not outlet.halt.is_set():
                 logger.debug("SSE stream broke: %s: %s", type(exc).__name__, exc)
-        return False
+        return Pumped(False, delivered)
 
     def _frames(self, items: list[str | SSEEvent], request_id: Any) -> tuple[list[Frame], bool]:
         """The frames of a read's events, and whether the last one answers ``request_id``.
@@ -92,7 +103,7 @@ class EventPump:
                 if frame is None:
                     continue
             append(frame)
-            if awaited and _answers(frame, request_id):
+            if awaited and answers(frame, request_id):
                 return frames, True
         return frames, False
 
@@ -142,9 +153,10 @@ def _batch_refused(data: bytes | str) -> InvalidFrame:
     return invalid_frame("JSON-RPC batches are not accepted", data)
 
 
-def _answers(frame: Frame, request_id: Any) -> bool:
-    """Whether ``frame`` is the response to ``request_id``."""
+def answers(frame: Frame, request_id: Any) -> bool:
+    """Whether ``frame`` is the response to ``request_id``, read as the session reads ids: a
+    response whose id only looks like ours (``"7"`` or ``true`` for ``7``) is not the end of
+    the stream, or the request would wait for an answer nobody reads any more."""
     if not isinstance(frame, dict) or "method" in frame or not ("result" in frame or "error" in frame):
         return False
-    frame_id = frame.get("id")
-    return bool(frame_id == request_id or (frame_id is not None and str(frame_id) == str(request_id)))
+    return bool(answer_id(frame.get("id")) == request_id)

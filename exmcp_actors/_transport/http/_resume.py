@@ -5,7 +5,8 @@ dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
   :meth:`HttpTransport.negotiated` in the legacy era. 405 means the server
   has none (fine). When the stream ends it reconnects after the server's
   ``retry:`` (else ``sse_retry_default``; capped by ``max_retry_delay``) with
-  ``Last-Event-ID``; ``reconnect_attempts`` failures in a row to connect at
+  ``Last-Event-ID``, each wait doubled after a stream that ended at once with nothing
+  delivered (up to ``max_retry_delay``); ``reconnect_attempts`` failures in a row to connect at
   all report ``transport_lost("GET stream could not reconnect: ...")`` (this
   is how a dead legacy server is noticed while idle); a 404, or a 400 naming
   the session, while carrying the session id reports the session gone
@@ -20,19 +21,21 @@ dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
   one subscription (the client may re-listen and refetch); the transport
   itself is fine.
   Legacy streams that carried SSE ids are first resumed with a GET and
-  ``Last-Event-ID``, as the 2025-11-25 revision specifies.
+  ``Last-Event-ID``, as the 2025-11-25 revision specifies; a resumed stream that ends
+  with nothing delivered counts as a failed resumption.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Final
 
 import httpx
 
 from ..._protocol._errors import ExchangeFailed
-from ._config import IO_ERRORS, Config, logger
+from ._config import IO_ERRORS, Config, logger, status_line
 from ._session import session_gone
 from ._sse import SSEParser
 
@@ -50,6 +53,11 @@ STREAM_DROPPED: Final = "the response stream dropped before the answer"
 
 #: How much of a GET refusal's body is read to see whether it names the session.
 _REFUSAL_BYTES = 4096
+#: A GET stream that ends sooner than this with nothing delivered made no progress: the next
+#: one waits longer (see ``GetStreams.idle_delay``). One that lived longer was merely quiet.
+_BRIEF_STREAM: Final = 1.0
+#: Past this many, idle streams in a row wait no longer (the cap is reached long before).
+_MAX_DOUBLINGS: Final = 16
 
 
 class GetStreams:
@@ -74,6 +82,16 @@ class GetStreams:
             return self.cfg.sse_retry_default
         return min(parser.retry_ms / 1000.0, self.cfg.max_retry_delay)
 
+    def idle_delay(self, delay: float, idle: int) -> float:
+        """The wait before reopening a GET stream after ``idle`` streams in a row ended at once
+        with nothing delivered: doubling from ``delay`` (at least ``sse_retry_default``) up to
+        ``max_retry_delay``. A server that ends each stream at once, asking ``retry: 0``,
+        would otherwise be reopened in a loop as fast as the network goes."""
+        if idle == 0:
+            return delay
+        doubled = max(delay, self.cfg.sse_retry_default) * float(2 ** min(idle - 1, _MAX_DOUBLINGS))
+        return min(doubled, max(delay, self.cfg.max_retry_delay))
+
 
 def _is_event_stream(response: httpx.Response) -> bool:
     return response.status_code == 200 and response.headers.get("content-type", "").startswith("text/event-stream")
@@ -91,7 +109,7 @@ class StreamResumer:
         cfg = self._streams.cfg
         outlet = self._outlet
         parser = SSEParser(cfg.max_frame_bytes)
-        if self._pump.pump(response, parser, post):
+        if self._pump.pump(response, parser, post).answered:
             return
         failures = 0
         # A legacy stream with SSE ids can be resumed with GET + Last-Event-ID.
@@ -110,15 +128,19 @@ class StreamResumer:
             outlet.fail(post, ExchangeFailed(STREAM_DROPPED))
 
     def _resume(self, post: Post, parser: SSEParser) -> bool | None:
-        """GET with Last-Event-ID; True: response arrived, None: stream opened but
-        ended again, False: could not reopen."""
+        """GET with Last-Event-ID; True: response arrived, None: stream opened, delivered
+        and ended again, False: could not reopen, or it ended with nothing delivered (a
+        server that does so each time must not keep the request resuming in a loop)."""
         headers = self._streams.headers(parser.last_event_id)
         try:
             with self._streams.open(headers) as response:
                 if not _is_event_stream(response):
                     logger.debug("resuming %s: HTTP %d", post.describe(), response.status_code)
                     return False
-                return True if self._pump.pump(response, parser, post) else None
+                pumped = self._pump.pump(response, parser, post)
+                if pumped.answered:
+                    return True
+                return None if pumped.frames else False
         except IO_ERRORS as exc:
             logger.debug("resuming %s failed: %s", post.describe(), exc)
             return False
@@ -160,6 +182,7 @@ class GetStream:
         unreachable = 0  # consecutive failures to connect at all
         refused = 0  # consecutive HTTP errors
         connected = False  # whether a GET stream was open once on this connection
+        idle = 0  # consecutive streams that ended at once with nothing delivered
         while not halt.is_set():
             headers = self._streams.headers(last_event_id)
             sent_session = "mcp-session-id" in headers
@@ -176,11 +199,7 @@ class GetStream:
                             return
                         refused += 1
                         unreachable = 0
-                        logger.warning(
-                            "GET stream refused: HTTP %d %s",
-                            status,
-                            response.reason_phrase,
-                        )
+                        logger.warning("GET stream refused: HTTP %s", status_line(response))
                         if refused >= cfg.reconnect_attempts:
                             if connected:
                                 # It worked on this session before: listeners would hear nothing
@@ -194,12 +213,16 @@ class GetStream:
                         connected = True
                         logger.debug("GET stream connected")
                         parser = SSEParser(cfg.max_frame_bytes, last_event_id=last_event_id)
-                        self._pump.pump(response, parser, None)
+                        opened_at = time.monotonic()
+                        pumped = self._pump.pump(response, parser, None)
+                        brief = time.monotonic() - opened_at < _BRIEF_STREAM
                         last_event_id = parser.last_event_id or None
                         if parser.retry_ms is not None:
                             delay = self._streams.retry_delay(parser)
+                        idle = idle + 1 if brief and not pumped.frames else 0
                         if not halt.is_set():
-                            logger.info("GET stream ended; reconnecting in %.2fs", delay)
+                            wait = self._streams.idle_delay(delay, idle)
+                            logger.info("GET stream ended; reconnecting in %.2fs", wait)
             except IO_ERRORS as exc:
                 if halt.is_set():
                     return
@@ -209,5 +232,5 @@ class GetStream:
                 if unreachable >= cfg.reconnect_attempts:
                     self._outlet.report_lost(f"GET stream could not reconnect: {reason}")
                     return
-            if halt.wait(delay):
+            if halt.wait(self._streams.idle_delay(delay, idle)):
                 return

@@ -1,0 +1,263 @@
+"""A hostile Streamable HTTP server (``raw_http``): every answer it can get wrong ends in the
+request's clear failure, a retry or a reported loss, at a bounded cost, and nothing it says
+reaches an error text or a log record raw."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from raw_http import Exchange, RawHttp, legacy_basics, rpc_result
+
+import exmcp_actors as mcp
+from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, RequestError
+from exmcp_actors._transport.http import STREAM_DROPPED
+
+#: A control character a log record or an error text must never carry raw.
+RAW_CONTROL = re.compile("[\x00-\x1f\x7f]")
+HOSTILE = "\x1b[2J\x1b[31mforged\x07"
+
+
+Answer = Callable[[Exchange], bool]
+Serve = Callable[..., RawHttp]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """``serve(answer, standalone_get=False)``: a raw server answering the legacy basics, then
+    ``answer`` (the standalone GET stream too with ``standalone_get``, else 405)."""
+    servers: list[RawHttp] = []
+
+    def start(answer: Answer, *, standalone_get: bool = False) -> RawHttp:
+        def answer_all(exchange: Exchange) -> bool:
+            if legacy_basics(exchange):
+                return True
+            if exchange.method == "GET" and "last-event-id" not in exchange.headers and not standalone_get:
+                exchange.whole("405 Method Not Allowed")
+                return True
+            return answer(exchange)
+
+        server = RawHttp(answer_all)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def clients() -> Iterator[list[mcp.Client]]:
+    made: list[mcp.Client] = []
+    yield made
+    for client in made:
+        client.disconnect()
+
+
+def connect(url: str, clients: list[mcp.Client], **transport: Any) -> mcp.Client:
+    client = mcp.connect(mcp.HttpTransport(url, **transport), protocol="legacy", reconnect=False)
+    clients.append(client)
+    return client
+
+
+def sse_event(message: Any, event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}data: {json.dumps(message)}\n\n".encode()
+
+
+def no_raw_control(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if RAW_CONTROL.search(r.getMessage())]
+
+
+# -- the answer a stream waits for ------------------------------------------------------------
+
+
+def test_a_response_whose_id_only_looks_like_ours_does_not_end_the_stream_before_the_answer(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def answer(exchange: Exchange) -> bool:
+        request_id = exchange.body["id"]
+        exchange.start_sse()
+        # "7" for our 7: the session routes it to no one, so it must not end the stream.
+        exchange.chunk(sse_event({"jsonrpc": "2.0", "id": str(request_id), "result": {"tools": ["fake"]}}))
+        exchange.chunk(sse_event({"jsonrpc": "2.0", "id": request_id, "result": {"tools": ["real"]}}))
+        exchange.end_chunks()
+        return True
+
+    client = connect(serve(answer).url, clients)
+    assert client.request("tools/list", timeout=5) == {"tools": ["real"]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"jsonrpc": "2.0", "id": "someone-else", "result": {}},
+        {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"},
+    ],
+)
+def test_a_json_body_that_is_no_answer_fails_its_request_at_once_not_at_its_timeout(
+    serve: Serve, clients: list[mcp.Client], body: dict[str, Any]
+) -> None:
+    def answer(exchange: Exchange) -> bool:
+        exchange.whole("200 OK", json.dumps(body).encode())
+        return True
+
+    client = connect(serve(answer).url, clients)
+    with pytest.raises(ProtocolError, match="no answer to it"):
+        client.request("tools/list", timeout=60)
+    assert client.status == "ready"
+
+
+def test_a_json_error_whose_id_is_null_is_the_answer_to_the_request_it_came_back_for(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def answer(exchange: Exchange) -> bool:
+        error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+        exchange.whole("200 OK", json.dumps(error).encode())
+        return True
+
+    client = connect(serve(answer).url, clients)
+    with pytest.raises(RequestError) as refused:
+        client.request("tools/list", timeout=60)
+    assert (refused.value.code, refused.value.message) == (-32700, "Parse error")
+
+
+# -- streams that end at once -------------------------------------------------------------------
+
+
+def test_a_get_stream_that_ends_at_once_asking_retry_0_is_reopened_ever_more_slowly(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    opened: list[float] = []
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method != "GET":
+            return False
+        opened.append(time.monotonic())
+        exchange.whole("200 OK", b"retry: 0\n\n", content_type="text/event-stream")
+        return True
+
+    server = serve(answer, standalone_get=True)
+    connect(server.url, clients, sse_retry_default=0.05, max_retry_delay=0.2)
+    assert server.wait_until(lambda: len(opened) >= 6)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(opened)]
+    # Each stream ended at once with nothing: 0.05, 0.1, 0.2, then the cap (not 0 each time).
+    assert gaps[0] >= 0.04 and gaps[1] >= 0.09
+    assert all(gap >= 0.19 for gap in gaps[2:5])
+
+
+def test_a_resumed_stream_that_ends_with_nothing_each_time_fails_its_request_after_the_attempts(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method == "GET":  # a resumption (Last-Event-ID): empty, and over at once
+            exchange.whole("200 OK", b"retry: 0\n\n", content_type="text/event-stream")
+            return True
+        exchange.start_sse()
+        exchange.chunk(
+            b"retry: 0\n" + sse_event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, "e1")
+        )
+        exchange.end_chunks()  # no response: the client resumes after e1
+        return True
+
+    server = serve(answer)
+    client = connect(server.url, clients, reconnect_attempts=3)
+    started = time.monotonic()
+    with pytest.raises(ExchangeFailed) as failed:
+        client.request("tools/list", timeout=30)
+    assert failed.value.what == STREAM_DROPPED
+    assert time.monotonic() - started < 10  # not kept resuming until the request's own timeout
+    assert sum(1 for r in server.requests if r.method == "GET" and r.headers.get("last-event-id") == "e1") == 3
+    assert client.status == "ready"
+
+
+# -- failed exchanges ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_an_http_error_fails_the_request_with_its_status_a_bounded_body_and_nothing_printed_raw(
+    serve: Serve,
+    clients: list[mcp.Client],
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+) -> None:
+    body = (HOSTILE + "\r\n") * 200_000  # megabytes of it
+
+    def answer(exchange: Exchange) -> bool:
+        exchange.whole(f"{status} Busy{HOSTILE}", body.encode(), content_type="text/plain")
+        return True
+
+    client = connect(serve(answer).url, clients)
+    with caplog.at_level(logging.DEBUG, logger="exmcp_actors"), pytest.raises(ExchangeFailed) as failed:
+        client.request("tools/list", timeout=5)
+    error = failed.value
+    assert error.status == status
+    assert error.body is not None and len(error.body) <= 1000 and error.body.startswith(HOSTILE)
+    assert error.what == f"HTTP {status} Busy\\x1b[2J\\x1b[31mforged\\x07"
+    assert not RAW_CONTROL.search(str(error)) and not RAW_CONTROL.search(repr(error))
+    assert no_raw_control(caplog.records) == []
+    assert client.status == "ready"
+
+
+def reset_at_once(exchange: Exchange) -> None:
+    exchange.reset()
+
+
+def truncated_sse(exchange: Exchange) -> None:
+    exchange.start_sse()
+    exchange.chunk(sse_event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
+    exchange.write(b'40\r\ndata: {"jsonrpc')  # a chunk cut short, then the connection closes
+    exchange.conn.close()
+
+
+def sse_without_the_answer(exchange: Exchange) -> None:
+    exchange.start_sse()
+    exchange.chunk(sse_event({"jsonrpc": "2.0", "id": "someone-else", "result": {}}))
+    exchange.end_chunks()
+
+
+def garbage_json(exchange: Exchange) -> None:
+    exchange.whole("200 OK", b"{\x1b not json")
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        (reset_at_once, ExchangeFailed),
+        (truncated_sse, ExchangeFailed),
+        (sse_without_the_answer, ExchangeFailed),
+        (garbage_json, ProtocolError),
+    ],
+)
+def test_a_broken_exchange_fails_only_its_request_and_the_client_carries_on(
+    serve: Serve,
+    clients: list[mcp.Client],
+    broken: Callable[[Exchange], None],
+    expected: type[Exception],
+) -> None:
+    calls = 0
+    lock = threading.Lock()
+
+    def answer(exchange: Exchange) -> bool:
+        nonlocal calls
+        with lock:
+            calls += 1
+            first = calls == 1
+        if first:
+            broken(exchange)
+            return False
+        exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
+        return True
+
+    client = connect(serve(answer).url, clients)
+    with pytest.raises(expected):
+        client.request("tools/list", timeout=5)
+    assert client.status == "ready"
+    assert client.request("tools/list", timeout=5) == {"tools": []}
