@@ -788,7 +788,33 @@ def test_put_subscribers_that_all_disconnect_on_their_closing_message_do_not_wai
     client.disconnect(timeout=WAIT * 2)
     assert time.monotonic() - started < WAIT  # not the whole timeout: nobody waited for a waiter
     for subscriber in subscribers:
-        assert subscriber.took.get(timeout=WAIT * 3) < WAIT
+        # Done already: the host's own disconnect() (not a proxy's) waited for every put().
+        assert subscriber.took.get_nowait() < WAIT
+
+
+def test_at_interpreter_exit_a_put_subscriber_busy_with_a_message_still_gets_its_closing_message(
+    server: FakeServer,
+) -> None:
+    from exmcp_actors._api._shutdown import close_all
+
+    client = legacy(server)
+    gate = threading.Event()
+    got: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    class Slow:
+        def put(self, message: Any) -> None:
+            got.put(message[0])
+            if message[0] == "ex_mcp_notification":
+                gate.wait(WAIT)
+
+    client.subscribe_notifications({"toolsListChanged": True}, subscriber=Slow())
+    server.list_changed("tools")
+    assert got.get(timeout=WAIT) == "ex_mcp_notification"  # its put() is busy now
+    exit_hook = Call(lambda: close_all(WAIT), "exit-hook")
+    assert client._shared.finished.wait(WAIT)  # closed: its closing message waits behind that put()
+    gate.set()
+    assert got.get(timeout=WAIT) == "ex_mcp_notification_closed"
+    exit_hook.result()
 
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])

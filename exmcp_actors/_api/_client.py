@@ -378,13 +378,18 @@ class Client(ServerCalls, CatalogCalls):
     def disconnect(self, timeout: float = 5.0) -> None:
         """Close the transport and every handle (``Closed(..., "disconnected")``). Idempotent."""
         wait = check_timeout("timeout", timeout)
+        self._begin_disconnect()
+        self._wait_stopped(wait)
+        for handle in self._shared.disconnected_handles:  # a put() still blocked may finish, no more
+            cut(handle, CUT)
+
+    def _begin_disconnect(self) -> None:
+        """Ask the client actor to disconnect, and return at once (interpreter exit asks every
+        client first, then waits for them all)."""
         try:
             self._ref.tell(Disconnect())
         except pykka.ActorDeadError:
             pass
-        self._wait_stopped(wait)
-        for handle in self._shared.disconnected_handles:  # a put() still blocked may finish, no more
-            cut(handle, CUT)
 
     def _wait_stopped(self, timeout: float) -> None:
         """Wait for the client actor, then every actor and thread it started, to end."""

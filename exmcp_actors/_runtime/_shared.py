@@ -48,19 +48,21 @@ class SharedState:
 
     def join_children(self, deadline: float) -> None:
         """Wait until ``deadline`` (a monotonic time) for every thread the client started to end,
-        except the calling thread and any that waits here too: two subscribers' ``put()`` that
-        both call disconnect() would otherwise wait for each other until their timeouts. (Each
-        enters before it looks, so of any two, one sees the other and goes on; the other's
-        wait then ends with it.)"""
+        except the calling thread. One of those threads (a subscriber's proxy in ``put()``)
+        waits for none that waits here too: two ``put()`` that both call disconnect() would
+        otherwise wait for each other until their timeouts. (Each enters before it looks, so of
+        any two, one sees the other and goes on; the other's wait then ends with it.) Any other
+        thread waits for them all."""
         me = threading.current_thread()
         with self.children_lock:
             self.joining.add(me)
+            one_of_them = me in self.children
             children = [child for child in self.children if child is not me]
         try:
             for child in children:
                 with self.children_lock:
-                    joining_too = child in self.joining
-                if not joining_too:
+                    waits_for_us = one_of_them and child in self.joining
+                if not waits_for_us:
                     child.join(max(0.0, deadline - time.monotonic()))
         finally:
             with self.children_lock:

@@ -10,6 +10,13 @@ from typing import Any
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, FakeServer
 
+
+def say(line: str) -> None:
+    """One write per line: threads print at once (print() writes the newline separately)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 server = FakeServer(era=sys.argv[1])  # type: ignore[arg-type]
 server.on("test/never", lambda params, ctx: NO_REPLY)
 client = mcp.connect(server.transport(), request_timeout=60)
@@ -22,22 +29,22 @@ class CallsBackOnClosing:
         try:
             client.request("test/never", timeout=30)
         except mcp.Error as error:
-            print(f"put request: {type(error).__name__}", flush=True)
+            say(f"put request: {type(error).__name__}")
         client.disconnect(timeout=30)
-        print("put disconnect: returned", flush=True)
+        say("put disconnect: returned")
 
 
 def iterate(handle: Any) -> None:
     for _ in handle:
         pass
-    print("iteration: ended", flush=True)
+    say("iteration: ended")
 
 
 def wait_for_an_answer() -> None:
     try:
         client.request("test/never", timeout=60)
     except mcp.Error as error:
-        print(f"request: {type(error).__name__}", flush=True)
+        say(f"request: {type(error).__name__}")
 
 
 flt = {"toolsListChanged": True}
@@ -46,4 +53,4 @@ register(flt, CallsBackOnClosing())
 threading.Thread(target=iterate, args=(register(flt),), name="host-iterating").start()
 threading.Thread(target=wait_for_an_answer, name="host-requesting").start()
 server.wait_for("test/never")
-print("exiting", flush=True)
+say("exiting")
