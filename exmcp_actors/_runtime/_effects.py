@@ -173,8 +173,12 @@ class Shell:
             self.transport.send(effect.message)
         except TransportError as error:
             logger.warning("%s: send failed: %s", self.name, error)
-            if effect.request_id is not None:
-                session.handle(ev.SendFailed(effect.request_id))  # its effects join this loop
+        except Exception:  # a bug of ours in a transport: its request must still fail, not hang
+            logger.exception("%s: internal error sending a frame", self.name)
+        else:
+            return
+        if effect.request_id is not None:
+            session.handle(ev.SendFailed(effect.request_id))  # its effects join this loop
 
     def _cancel_on_wire(self, session: Session, effect: ev.CancelOnWire) -> None:
         if not self.transport.cancel_stream(effect.request_id):
