@@ -41,6 +41,13 @@ def arrivals(server: FakeServer, methods: set[str]) -> list[dict[str, Any]]:
     return [m for _, m in server.received if isinstance(m, dict) and m.get("method") in methods]
 
 
+def open_close_and_mark(client: mcp.Client, open_close: Callable[[int], None], rounds: int = 40) -> None:
+    """From this thread, ``rounds`` times: open a handle and close it, then a marked request."""
+    for n in range(rounds):
+        open_close(n)
+        client.request("test/mark", {"n": n})
+
+
 def marks(server: FakeServer) -> None:
     @server.on("test/mark")
     def mark(params: dict[str, Any], ctx: Any) -> Any:
@@ -125,10 +132,7 @@ def test_a_listen_its_cancel_and_the_next_request_of_one_thread_reach_the_wire_i
     modern_server: FakeServer, kind: str
 ) -> None:
     with modern(modern_server, kind) as client:
-        for n in range(40):
-            subscription = client.listen({"resourceSubscriptions": [f"file:///u{n}"]})
-            subscription.cancel()
-            client.request("test/mark", {"n": n})
+        open_close_and_mark(client, lambda n: client.listen({"resourceSubscriptions": [f"file:///u{n}"]}).cancel())
         seen = arrivals(modern_server, {"subscriptions/listen", "notifications/cancelled", "test/mark"})
     listens = [m for m in seen if m["method"] == "subscriptions/listen"]
     listen_ids = {m["id"]: m["params"]["notifications"]["resourceSubscriptions"][0] for m in listens}
@@ -151,10 +155,7 @@ def test_a_watch_its_removal_and_the_next_request_of_one_thread_reach_the_wire_i
     server: FakeServer, kind: str
 ) -> None:
     with legacy(server, kind) as client:
-        for n in range(40):
-            watch = client.watch({"resourceSubscriptions": [f"file:///w{n}"]})
-            watch.unsubscribe()
-            client.request("test/mark", {"n": n})
+        open_close_and_mark(client, lambda n: client.watch({"resourceSubscriptions": [f"file:///w{n}"]}).unsubscribe())
         seen = arrivals(server, {"resources/subscribe", "resources/unsubscribe", "test/mark"})
     got = [
         ("mark", m["params"]["n"]) if m["method"] == "test/mark" else (m["method"], m["params"]["uri"]) for m in seen
