@@ -77,6 +77,8 @@ class Shell:
         #: Armed on the process-wide scheduler; cancelled at shutdown.
         self.timers: set[TimerHandle] = set()
         self._retiring: list[Slot] = []
+        #: What the last publish() saw (see there).
+        self._published: tuple[Any, ...] | None = None
         self._proxy_lock = threading.Lock()
         self._actor: pykka.ActorRef[Any] | None = None
         self._sink: Callable[[int], FrameSink] | None = None
@@ -100,6 +102,12 @@ class Shell:
 
     def perform(self, session: Session, settles: list[ev.Settle]) -> None:
         """Carry out what the session queued, in order; then deliver; then settle the lane."""
+        effects = session.effects
+        if not effects.todo and not effects.out and not self._retiring:
+            # Most commands (a held-URI registration, a removal) queue nothing: the short way.
+            self.publish(session)
+            self.lane.open_for(None if self.stopping.is_set() else session.lane_generation)
+            return
         published = False
         while True:
             todo, out = session.effects.take()
@@ -129,6 +137,17 @@ class Shell:
 
     def publish(self, session: Session) -> None:
         life, shared = session.life, self.shared
+        # What the facade reads changes only with these: most inputs leave them alone.
+        last = self._published
+        if (
+            last is not None
+            and life.generation == last[0]
+            and life.connection.phase is last[1]
+            and life.negotiated is last[2]
+            and life.connect_error is last[3]
+        ):
+            return
+        self._published = (life.generation, life.connection.phase, life.negotiated, life.connect_error)
         shared.generation = life.generation
         negotiated = life.negotiated
         if negotiated is not None:

@@ -85,8 +85,17 @@ class SessionMonitor:
         """Run one input on this thread and perform what it produced; returns the session's
         answer. Raises what the session refuses the input with (after performing its effects),
         or RequestTimeout if the lock could not be had within ``timeout`` (nothing was done)."""
-        with self.turn(timeout) as session:
-            return session.handle(message)
+        # The same steps as turn(), without a generator: this runs for every command.
+        self._enter(timeout)
+        settles: list[ev.Settle] = []
+        try:
+            return self.session.handle(message)
+        finally:
+            try:
+                self._leave(settles)
+            finally:
+                if settles:
+                    settle_all(settles)
 
     @contextmanager
     def turn(self, timeout: float | None = None) -> Iterator[Session]:
@@ -131,13 +140,14 @@ class SessionMonitor:
     # -- the lock --------------------------------------------------------------------------
 
     def _enter(self, timeout: float | None) -> None:
-        if self._owner == threading.get_ident():
+        me = threading.get_ident()
+        if self._owner == me:
             raise Reentered("a thread holding the session monitor asked for it again")
         if timeout is None:
             self.lock.acquire()
         elif not self.lock.acquire(timeout=max(0.0, timeout)):
             raise RequestTimeout(f"the client stayed busy for {timeout:g}s; nothing was sent")
-        self._owner = threading.get_ident()
+        self._owner = me
 
     def _leave(self, settles: list[ev.Settle]) -> None:
         """Perform what is queued (and any follow-up input), then let go of the lock."""
