@@ -242,7 +242,7 @@ class Session:
             )
 
     def answer_now(self, frame: rpc.Frame) -> bool:
-        """Take an answer a reader saw itself (see ``_door``): only the answer to a host's
+        """Take an answer a reader saw itself (the shell's reader shortcut): only the answer to a host's
         pending request; False for anything else, which goes to the client actor as usual."""
         msg = rpc.classify(frame)
         if not isinstance(msg, (rpc.Response, rpc.ErrorResponse)) or not self.pending.awaits_host(msg.id):
