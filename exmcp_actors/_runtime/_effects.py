@@ -79,6 +79,8 @@ class Shell:
         self._retiring: list[Slot] = []
         #: What the last publish() saw (see there).
         self._published: tuple[Any, ...] | None = None
+        #: What the last perform() left settled (see ``_settlement``).
+        self._settled: tuple[Any, ...] | None = None
         self._proxy_lock = threading.Lock()
         self._actor: pykka.ActorRef[Any] | None = None
         self._sink: Callable[[int], FrameSink] | None = None
@@ -103,11 +105,8 @@ class Shell:
     def perform(self, session: Session, settles: list[ev.Settle]) -> None:
         """Carry out what the session queued, in order; then deliver; then settle the lane."""
         effects = session.effects
-        if not effects.todo and not effects.out and not self._retiring:
-            # Most commands (a held-URI registration, a removal) queue nothing: the short way.
-            self.publish(session)
-            self.lane.open_for(None if self.stopping.is_set() else session.lane_generation)
-            return
+        if not effects.todo and not effects.out and not self._retiring and self._settled_as_before(session):
+            return  # most commands (a held-URI registration, a removal) queue and change nothing
         published = False
         while True:
             todo, out = session.effects.take()
@@ -134,6 +133,34 @@ class Shell:
         # Opened after, never before, the messages that settle the client (Reconnected,
         # released held notifications).
         self.lane.open_for(None if self.stopping.is_set() else session.lane_generation)
+        self._settled = self._settlement(session)
+
+    def _settlement(self, session: Session) -> tuple[Any, ...]:
+        """Everything the published state and the lane's opening follow from."""
+        life = session.life
+        return (
+            life.generation,
+            life.connection.phase,
+            life.negotiated,
+            life.connect_error,
+            session.listeners.pause,
+            self.stopping.is_set(),
+        )
+
+    def _settled_as_before(self, session: Session) -> bool:
+        """Whether nothing the facade reads, nor the lane's opening, changed since the last perform."""
+        last = self._settled
+        if last is None:
+            return False
+        life = session.life
+        return (
+            life.generation == last[0]
+            and life.connection.phase is last[1]
+            and life.negotiated is last[2]
+            and life.connect_error is last[3]
+            and session.listeners.pause is last[4]
+            and self.stopping.is_set() is last[5]
+        )
 
     def publish(self, session: Session) -> None:
         life, shared = session.life, self.shared

@@ -163,6 +163,7 @@ class SessionMonitor:
                     except Exception:  # the thread that raised it is not the one to tell
                         logger.exception("%s: a follow-up input %r failed", self.session.name, message)
         finally:
-            self._followups.clear()
+            if self._followups:  # left over only if one raised past its handler
+                self._followups.clear()
             self._owner = None
             self.lock.release()
