@@ -1,11 +1,11 @@
 """What goes into a session and what comes out of it (sans-IO): small immutable tuples.
 
-Inputs are the client actor's messages: transport events (tagged with the
-generation of the connection they belong to, so a late event of a dropped
-connection is recognised and ignored), host commands, and timers or helper
-threads reporting back. Effects are what the session asks its shell to do;
-the shell performs them in order, then delivers the messages the session queued
-(see :class:`Effects`).
+Inputs are transport events (tagged with the generation of the connection they
+belong to, so a late event of a dropped connection is recognised and ignored),
+host commands, and timers or helper threads reporting back. Effects are what the
+session asks its shell to do; the shell performs them in order, then delivers the
+messages the session queued (see :class:`Effects`). Who feeds the inputs and
+performs the effects, on which thread: ``exmcp_actors._runtime``.
 
 Objects the session only passes along (futures, handles, subscribers, the
 snapshot) are typed ``Any`` here: the core never calls into them.

@@ -1,9 +1,10 @@
 """One client's MCP session (sans-IO): the connection's life, the requests in flight,
 and what reaches each listener, subscription and watch.
 
-The client actor feeds every input (``_events``) to :meth:`Session.handle` and
-then performs what :attr:`Session.effects` collected, in order, before
-delivering the queued messages. The session never blocks, sleeps, starts a
+Its shell feeds every input (``_events``) to :meth:`Session.handle` and then
+performs what :attr:`Session.effects` collected, in order, before delivering the
+queued messages; which thread may do so, and under which lock, is the runtime's
+rule (``exmcp_actors._runtime``). The session never blocks, sleeps, starts a
 thread or touches a socket, so each rule here is testable with plain calls.
 
 Its parts: the connection's life (``_lifecycle``: the phases of ``_state``, the
