@@ -91,11 +91,7 @@ class SessionMonitor:
         try:
             return self.session.handle(message)
         finally:
-            try:
-                self._leave(settles)
-            finally:
-                if settles:
-                    settle_all(settles)
+            self._exit(settles)
 
     @contextmanager
     def turn(self, timeout: float | None = None) -> Iterator[Session]:
@@ -106,10 +102,7 @@ class SessionMonitor:
         try:
             yield self.session
         finally:
-            try:
-                self._leave(settles)
-            finally:
-                settle_all(settles)  # whatever else went wrong, a waiting host hears its answer
+            self._exit(settles)
 
     def try_answer(self, frame: Frame, settles: list[ev.Settle]) -> bool:
         """A reader's answer to a host's request, taken here if the lock is free right now.
@@ -148,6 +141,14 @@ class SessionMonitor:
         elif not self.lock.acquire(timeout=max(0.0, timeout)):
             raise RequestTimeout(f"the client stayed busy for {timeout:g}s; nothing was sent")
         self._owner = me
+
+    def _exit(self, settles: list[ev.Settle]) -> None:
+        """Leave the monitor, then complete the futures its inputs settled."""
+        try:
+            self._leave(settles)
+        finally:
+            if settles:  # whatever else went wrong, a waiting host hears its answer
+                settle_all(settles)
 
     def _leave(self, settles: list[ev.Settle]) -> None:
         """Perform what is queued (and any follow-up input), then let go of the lock."""
