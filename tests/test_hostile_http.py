@@ -206,25 +206,34 @@ def test_an_http_error_fails_the_request_with_its_status_a_bounded_body_and_noth
     assert client.status == "ready"
 
 
-def reset_at_once(exchange: Exchange) -> None:
+# Each broken answer says whether the connection is still whole. One that finished its
+# answer keeps it, as a real server does: closing it unannounced would race the client's reuse
+# of a pooled connection, which no client may retry a POST on.
+
+
+def reset_at_once(exchange: Exchange) -> bool:
     exchange.reset()
+    return False
 
 
-def truncated_sse(exchange: Exchange) -> None:
+def truncated_sse(exchange: Exchange) -> bool:
     exchange.start_sse()
     exchange.chunk(sse_event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
     exchange.write(b'40\r\ndata: {"jsonrpc')  # a chunk cut short, then the connection closes
     exchange.conn.close()
+    return False
 
 
-def sse_without_the_answer(exchange: Exchange) -> None:
+def sse_without_the_answer(exchange: Exchange) -> bool:
     exchange.start_sse()
     exchange.chunk(sse_event({"jsonrpc": "2.0", "id": "someone-else", "result": {}}))
     exchange.end_chunks()
+    return True
 
 
-def garbage_json(exchange: Exchange) -> None:
+def garbage_json(exchange: Exchange) -> bool:
     exchange.whole("200 OK", b"{\x1b not json")
+    return True
 
 
 @pytest.mark.parametrize(
@@ -239,7 +248,7 @@ def garbage_json(exchange: Exchange) -> None:
 def test_a_broken_exchange_fails_only_its_request_and_the_client_carries_on(
     serve: Serve,
     clients: list[mcp.Client],
-    broken: Callable[[Exchange], None],
+    broken: Callable[[Exchange], bool],
     expected: type[Exception],
 ) -> None:
     calls = 0
@@ -251,8 +260,7 @@ def test_a_broken_exchange_fails_only_its_request_and_the_client_carries_on(
             calls += 1
             first = calls == 1
         if first:
-            broken(exchange)
-            return False
+            return broken(exchange)
         exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
         return True
 
