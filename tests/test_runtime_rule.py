@@ -22,6 +22,8 @@ from exmcp_actors._runtime._monitor import SessionMonitor
 from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
 
 WAIT = 5.0
+#: Rounds of each one-thread order test: what the helper sends and what the test expects.
+ROUNDS = 40
 Era = Literal["legacy", "modern"]
 A, B, SLOW = "file:///a", "file:///b", "file:///slow"
 
@@ -41,7 +43,7 @@ def arrivals(server: FakeServer, methods: set[str]) -> list[dict[str, Any]]:
     return [m for _, m in server.received if isinstance(m, dict) and m.get("method") in methods]
 
 
-def open_close_and_mark(client: mcp.Client, open_close: Callable[[int], None], rounds: int = 40) -> None:
+def open_close_and_mark(client: mcp.Client, open_close: Callable[[int], None], rounds: int = ROUNDS) -> None:
     """From this thread, ``rounds`` times: open a handle and close it, then a marked request."""
     for n in range(rounds):
         open_close(n)
@@ -145,7 +147,7 @@ def test_a_listen_its_cancel_and_the_next_request_of_one_thread_reach_the_wire_i
         else:
             got.append(("mark", m["params"]["n"]))
     expected = []
-    for n in range(40):
+    for n in range(ROUNDS):
         expected += [("listen", f"file:///u{n}"), ("cancel", f"file:///u{n}"), ("mark", n)]
     assert got == expected
 
@@ -161,7 +163,7 @@ def test_a_watch_its_removal_and_the_next_request_of_one_thread_reach_the_wire_i
         ("mark", m["params"]["n"]) if m["method"] == "test/mark" else (m["method"], m["params"]["uri"]) for m in seen
     ]
     expected: list[Any] = []
-    for n in range(40):
+    for n in range(ROUNDS):
         uri = f"file:///w{n}"
         expected += [("resources/subscribe", uri), ("resources/unsubscribe", uri), ("mark", n)]
     assert got == expected
@@ -173,12 +175,12 @@ def test_a_modern_log_level_rides_in_the_very_next_request_of_the_same_thread(
 ) -> None:
     levels = ["debug", "info", "warning", "error"]
     with modern(modern_server, kind) as client:
-        for n in range(40):
+        for n in range(ROUNDS):
             client.set_logging_level(levels[n % 4])
             client.request("test/mark", {"n": n})
         seen = arrivals(modern_server, {"test/mark"})
     got = [(m["params"]["n"], m["params"]["_meta"]["io.modelcontextprotocol/logLevel"]) for m in seen]
-    assert got == [(n, levels[n % 4]) for n in range(40)]
+    assert got == [(n, levels[n % 4]) for n in range(ROUNDS)]
 
 
 def test_an_unsubscribe_that_returns_has_its_resources_unsubscribe_on_the_wire_before_the_next_command(
