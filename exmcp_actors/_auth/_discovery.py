@@ -3,12 +3,17 @@
 
 1. ``WWW-Authenticate`` of the 401/403: ``resource_metadata``, ``scope``, ``error``.
 2. Protected Resource Metadata (RFC 9728): the URL the header names, else the
-   path-based well-known URL, else the root one. Its ``resource`` must match
-   the MCP server URL. No metadata at all: a 2025-03-26 server, which is its
-   own authorization server.
+   path-based well-known URL, else the root one. It must have a ``resource``
+   that covers the MCP server URL (RFC 9728 section 3.3). No metadata at all: a
+   2025-03-26 server, which is its own authorization server.
 3. Authorization Server Metadata: RFC 8414 then OpenID discovery, in the
-   order the spec gives for issuers with and without a path; none found on a
+   order the spec gives for issuers with and without a path. Its ``issuer``
+   must be the one the well-known URL was built from (RFC 8414 section 3.3);
+   on a 2025-03-26 server, one on the server's own origin. None found on a
    2025-03-26 server: the default endpoints ``/authorize``, ``/token``, ``/register``.
+
+Every value a server supplied that reaches an exception text goes through
+:func:`peer_text`.
 """
 
 from __future__ import annotations
@@ -16,13 +21,26 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-__all__ = ["AuthError", "Discovery", "canonical", "discover", "parse_challenge", "same_origin"]
+from .._protocol._peer_text import peer_text
+
+__all__ = [
+    "AuthError",
+    "Discovery",
+    "canonical",
+    "check_pkce",
+    "discover",
+    "parse_challenge",
+    "same_issuer",
+    "same_origin",
+    "shown_origin",
+]
 
 logger = logging.getLogger("exmcp_actors.auth")
 
@@ -59,9 +77,25 @@ def canonical(url: str) -> str:
 
 
 def same_origin(a: str, b: str) -> bool:
-    """Same scheme, host and port."""
-    pa, pb = urlsplit(a), urlsplit(b)
-    return (pa.scheme.lower(), pa.hostname, pa.port) == (pb.scheme.lower(), pb.hostname, pb.port)
+    """Same scheme, host and port (False when either is no usable URL)."""
+    try:
+        pa, pb = urlsplit(a), urlsplit(b)
+        return (pa.scheme.lower(), pa.hostname, pa.port) == (pb.scheme.lower(), pb.hostname, pb.port)
+    except ValueError:  # a port that is no number, a broken IPv6 literal
+        return False
+
+
+def same_issuer(a: str, b: str) -> bool:
+    """Two issuer identifiers name the same authorization server.
+
+    RFC 8414 asks for identical strings; servers in use differ from what names
+    them only in the case of scheme and host and in one trailing slash, which
+    never makes them another server, so those are forgiven. Nothing else is.
+    """
+    try:
+        return canonical(a).removesuffix("/") == canonical(b).removesuffix("/")
+    except ValueError:
+        return a == b
 
 
 def _origin(url: str) -> str:
@@ -69,8 +103,22 @@ def _origin(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
+def shown_origin(url: str) -> str:
+    """The origin of a URL, safe to put in a log record or an exception text (a server may have supplied it)."""
+    try:
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # a port that is no number, a broken IPv6 literal
+        origin = url
+    return peer_text(origin)
+
+
 def _resource_allowed(server: str, resource: str) -> bool:
-    """The metadata's ``resource`` covers the server URL: same origin, and a path prefix of it."""
+    """The metadata's ``resource`` covers the server URL: same origin, and a path prefix of it.
+
+    RFC 9728 section 3.3 asks for the very URL; both MCP SDKs also accept a
+    parent of it (``https://host`` for ``https://host/mcp``), as servers publish.
+    """
     if not same_origin(server, resource):
         return False
     path = urlsplit(server).path.rstrip("/") + "/"
@@ -83,9 +131,13 @@ class Discovery:
     """What discovery found for one MCP server."""
 
     resource: str | None
+    #: The authorization server the protected resource metadata names (the
+    #: server's origin on a 2025-03-26 server): what tokens and clients are bound to.
     issuer: str
     metadata: dict[str, Any]
     scopes_supported: list[str] = field(default_factory=list)
+    #: False when no metadata document was found (a 2025-03-26 server's default endpoints).
+    documented: bool = True
 
     def endpoint(self, name: str) -> str | None:
         value = self.metadata.get(name)
@@ -143,7 +195,8 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
 
     Raises:
         AuthError: the metadata names a resource other than ``server``, or no
-            authorization server, or a server failed.
+            authorization server, or an issuer other than the one asked, or a
+            server failed.
     """
     prm: dict[str, Any] | None = None
     for url in _prm_urls(server, challenge.get("resource_metadata")):
@@ -151,46 +204,90 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
         if prm is not None:
             break
     if prm is None:
-        # 2025-03-26: the MCP server's origin is the authorization server. Its
-        # metadata's issuer is not checked: servers of that revision often name
-        # another one (the Python SDK refuses them, and so fails that scenario).
+        # 2025-03-26: the MCP server's origin is the authorization server. Such
+        # servers often publish an issuer with a path (their endpoints' prefix),
+        # so only the origin must be the server's own.
         issuer = _origin(server)
-        metadata: dict[str, Any] = _fetch_as_metadata(http, issuer) or {
-            "issuer": issuer,
-            "authorization_endpoint": f"{issuer}/authorize",
-            "token_endpoint": f"{issuer}/token",
-            "registration_endpoint": f"{issuer}/register",
-        }
+        metadata = _fetch_as_metadata(http, issuer, lambda named: same_origin(named, issuer))
         logger.debug("no protected resource metadata for %s: using %s", _origin(server), issuer)
+        if metadata is None:
+            defaults = {
+                "issuer": issuer,
+                "authorization_endpoint": f"{issuer}/authorize",
+                "token_endpoint": f"{issuer}/token",
+                "registration_endpoint": f"{issuer}/register",
+            }
+            return Discovery(None, issuer, defaults, documented=False)
         return Discovery(None, issuer, metadata)
     resource = prm.get("resource")
-    if isinstance(resource, str) and not _resource_allowed(server, resource):
+    if not isinstance(resource, str):
+        raise AuthError("the protected resource metadata has no resource: it cannot be told to be this server's")
+    if not _resource_allowed(server, resource):
         raise AuthError(
-            f"the protected resource metadata names resource {resource!r}, which does not match the server URL"
+            f"the protected resource metadata names resource {peer_text(resource, quote=True)},"
+            " which does not match the server URL"
         )
     servers = prm.get("authorization_servers")
     if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
         raise AuthError("the protected resource metadata names no authorization server")
     issuer = servers[0]
-    found = _fetch_as_metadata(http, issuer)
+    found = _fetch_as_metadata(http, issuer, lambda named: same_issuer(named, issuer))
     if found is None:
-        raise AuthError(f"no authorization server metadata found for {issuer}")
-    named = found.get("issuer")
-    if isinstance(named, str) and named.rstrip("/") != issuer.rstrip("/"):
-        # RFC 8414 section 3.3: metadata naming another issuer may be a mix-up attack.
-        raise AuthError(f"the authorization server metadata of {issuer} names another issuer, {named!r}")
+        raise AuthError(f"no authorization server metadata found for {peer_text(issuer)}")
     scopes = prm.get("scopes_supported")
     return Discovery(
-        canonical(resource) if isinstance(resource, str) else canonical(server),
+        canonical(resource),
         issuer,
         found,
         [s for s in scopes if isinstance(s, str)] if isinstance(scopes, list) else [],
     )
 
 
-def _fetch_as_metadata(http: httpx.Client, issuer: str) -> dict[str, Any] | None:
+def check_pkce(found: Discovery) -> None:
+    """Refuse an authorization server whose metadata does not say it supports PKCE with S256.
+
+    MCP authorization: a client MUST verify PKCE support in the metadata and
+    refuse to proceed when ``code_challenge_methods_supported`` is absent (for
+    OpenID discovery too), and MUST use S256. A 2025-03-26 server without any
+    metadata document has nothing to check; that revision requires PKCE of it.
+
+    Raises:
+        AuthError: the metadata lists no S256.
+    """
+    if not found.documented:
+        return
+    methods = found.metadata.get("code_challenge_methods_supported")
+    if not isinstance(methods, list):
+        raise AuthError(
+            f"the authorization server {peer_text(found.issuer)} does not list code_challenge_methods_supported,"
+            " so it cannot be known to support PKCE: the authorization is not attempted"
+        )
+    if "S256" not in methods:
+        raise AuthError(
+            f"the code_challenge_methods_supported of the authorization server {peer_text(found.issuer)} are"
+            f" {peer_text(methods)}, without S256: the authorization is not attempted"
+        )
+
+
+def _fetch_as_metadata(http: httpx.Client, issuer: str, names_issuer: Callable[[str], bool]) -> dict[str, Any] | None:
+    """The first metadata document of ``issuer`` with a token endpoint, or None.
+
+    Raises:
+        AuthError: the document has no ``issuer``, or ``names_issuer`` refuses
+            it: metadata naming another issuer may be a mix-up attack (RFC 8414
+            section 3.3), and is never used.
+    """
     for url in _as_metadata_urls(issuer):
         metadata = _get_json(http, url)
-        if metadata is not None and isinstance(metadata.get("token_endpoint"), str):
-            return metadata
+        if metadata is None or not isinstance(metadata.get("token_endpoint"), str):
+            continue
+        named = metadata.get("issuer")
+        if not isinstance(named, str):
+            raise AuthError(f"the authorization server metadata of {peer_text(issuer)} has no issuer")
+        if not names_issuer(named):
+            raise AuthError(
+                f"the authorization server metadata of {peer_text(issuer)} names another issuer,"
+                f" {peer_text(named, quote=True)}"
+            )
+        return metadata
     return None

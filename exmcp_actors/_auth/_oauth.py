@@ -7,6 +7,11 @@ which discovers the authorization server, identifies the client, obtains a
 token (refreshing first when it can) and says whether a retry makes sense.
 Every step runs under one lock, so concurrent 401s cause one flow.
 
+What an authorization server issued (tokens, a registration and its secret)
+is kept with its issuer and goes to no other: when the server's metadata
+starts naming another authorization server, they are discarded and the flow
+starts anew there; a pre-registered client is used with its own issuer only.
+
 Secrets (tokens, codes, verifiers, client secrets, assertions) never reach a
 log record or an exception text: messages name the step and the server's
 ``error`` code only.
@@ -19,12 +24,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
-from ._discovery import AuthError, Discovery, canonical, discover, parse_challenge
+from ._callback import authorization_code
+from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
+from ._discovery import shown_origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
 from ._tokens import JWT_BEARER, ClientIdentity, choose_auth_method, request_token
 
@@ -46,11 +54,6 @@ def _http_url(server: str) -> str:
     return canonical(urlunsplit((scheme, parts.netloc, parts.path, parts.query, "")))
 
 
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-
-
 class OAuth:
     """OAuth 2.1 authorization for MCP servers over HTTP (and the WebSocket upgrade).
 
@@ -62,6 +65,11 @@ class OAuth:
             (``WWW-Authenticate``, else its ``scopes_supported``, else none).
         client_id: a pre-registered client id (skips registration).
         client_secret: its secret, if it has one.
+        client_issuer: the issuer of the authorization server ``client_id`` is
+            registered with; its credentials go to no other (a server naming
+            another one fails with :class:`AuthError`). None: the first
+            authorization server this object uses them with (or the one a
+            stored record names) is taken for it.
         client_metadata_url: a Client ID Metadata Document URL, used when the
             authorization server supports it.
         grant: ``"authorization_code"``, ``"client_credentials"`` or
@@ -104,6 +112,7 @@ class OAuth:
         storage: TokenStorage | None = None,
         on_authorize: Callable[[str], str] | None = None,
         *,
+        client_issuer: str | None = None,
         authorize_timeout: float = 300.0,
         timeout: float = 30.0,
         verify: bool = True,
@@ -117,6 +126,8 @@ class OAuth:
             raise ValueError("grant='client_credentials' needs a client_id (and a client_secret or private_key_pem)")
         if private_key_pem is not None and not client_id:
             raise ValueError("private_key_pem needs the client_id it was registered for")
+        if client_issuer is not None and not client_id:
+            raise ValueError("client_issuer names where a pre-registered client_id is registered: give the client_id")
         if grant == JWT_BEARER and not callable(assertion_provider):
             raise ValueError("the jwt-bearer grant needs assertion_provider, a function (audience, resource) -> str")
         if on_authorize is not None and not callable(on_authorize):
@@ -128,6 +139,8 @@ class OAuth:
         self.scopes = list(scopes) if scopes is not None else None
         self.client_id = client_id
         self._client_secret = client_secret
+        #: The issuer the pre-registered client belongs to (given, or the first one met).
+        self.client_issuer = client_issuer
         self.client_metadata_url = client_metadata_url
         self.grant = grant
         self._private_key_pem = private_key_pem
@@ -210,6 +223,11 @@ class OAuth:
         with httpx.Client(timeout=self.timeout, verify=self.verify, follow_redirects=False) as http:
             found = discover(http, key, params)
             record = self.storage.load(key) or {}
+            if self.client_id:
+                self.client_issuer = pre_registered_issuer(self.client_id, self.client_issuer, found, record, key)
+            record = bound_record(self.storage, key, found, record)
+            if self.grant == "authorization_code":
+                check_pkce(found)  # before anything is sent to the authorization server
             scope = self._scope(key, found, params, record, status)
             identity = self._identity(http, found, record, scope)
         record.update(
@@ -270,8 +288,8 @@ class OAuth:
             return ClientIdentity(
                 self.client_id, self._client_secret, method, self._private_key_pem, self.signing_algorithm
             )
-        saved = record.get("client")
-        if isinstance(saved, dict) and record.get("issuer") == found.issuer and saved.get("client_id"):
+        saved = record.get("client")  # the record is this issuer's (bound_record saw to it)
+        if isinstance(saved, dict) and saved.get("client_id"):
             return ClientIdentity(
                 saved["client_id"], saved.get("client_secret"), saved.get("token_endpoint_auth_method") or "none"
             )
@@ -348,15 +366,8 @@ class OAuth:
             url, _ = client.create_authorization_url(
                 endpoint, state=state, code_verifier=verifier, resource=found.resource
             )
-        callback = self._authorize(url, redirect)
-        query = parse_qs(urlsplit(callback).query)
-        if query.get("state", [None])[0] != state:
-            raise AuthError("the authorization callback's state does not match the request (possible forgery)")
-        if "error" in query:
-            raise AuthError(f"the authorization server refused: {query['error'][0][:100]}")
-        code = query.get("code", [None])[0]
-        if not code:
-            raise AuthError("the authorization callback carries no code")
+        # Checked before the code goes to any token endpoint (RFC 9207 section 2.4).
+        code = authorization_code(self._authorize(url, redirect), state, found.metadata)
         params = {"code": code, "redirect_uri": redirect, "code_verifier": verifier, "resource": found.resource}
         return self._token(identity, found.issuer, token_endpoint, "authorization_code", params)
 

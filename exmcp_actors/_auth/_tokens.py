@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import httpx
 
+from .._protocol._peer_text import peer_text
 from ._discovery import AuthError
 
 __all__ = ["JWT_BEARER", "ClientIdentity", "choose_auth_method", "request_token"]
@@ -122,7 +123,8 @@ def request_token(
         except httpx.HTTPError as exc:
             raise AuthError(f"token request to {token_endpoint} failed: {type(exc).__name__}") from exc
         except OAuthError as exc:
-            raise AuthError(f"the authorization server refused the {grant_type} token request: {exc.error}") from exc
+            refused = peer_text(exc.error, 100)  # the server's own words: escaped, never raw
+            raise AuthError(f"the authorization server refused the {grant_type} token request: {refused}") from exc
         except (ValueError, JoseError) as exc:  # an unusable key or token response
             raise AuthError(f"the {grant_type} token request failed: {type(exc).__name__}") from exc
     result = dict(token)
