@@ -7,21 +7,19 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hostile_text import RAW_CONTROL, no_raw_control
 from raw_http import Exchange, RawHttp, legacy_basics, rpc_result
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, RequestError
 from exmcp_actors._transport.http import STREAM_DROPPED
 
-#: A control character a log record or an error text must never carry raw.
-RAW_CONTROL = re.compile("[\x00-\x1f\x7f]")
 HOSTILE = "\x1b[2J\x1b[31mforged\x07"
 
 
@@ -70,10 +68,6 @@ def connect(url: str, clients: list[mcp.Client], **transport: Any) -> mcp.Client
 def sse_event(message: Any, event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}data: {json.dumps(message)}\n\n".encode()
-
-
-def no_raw_control(records: list[logging.LogRecord]) -> list[str]:
-    return [r.getMessage() for r in records if RAW_CONTROL.search(r.getMessage())]
 
 
 # -- the answer a stream waits for ------------------------------------------------------------

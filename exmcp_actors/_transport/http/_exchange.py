@@ -44,7 +44,7 @@ import httpx
 
 from ..._protocol._errors import ExchangeFailed, InternalError, ProtocolError
 from .._base import InvalidFrame
-from ._config import IO_ERRORS, Config, logger, status_line
+from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._pump import answers, decode
 from ._session import session_gone
 
@@ -122,7 +122,7 @@ class Poster:
     def _connection_failed(self, post: Post, exc: Exception) -> None:
         if self._outlet.silenced(post):
             return
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = io_error_text(exc)
         logger.debug("POST %s failed: %s", post.describe(), reason)
         if post.has_id:
             self._fail_connection(post, reason)
@@ -171,7 +171,7 @@ class Poster:
                 what = f"HTTP {status_line(response)}"
                 self._outlet.fail(post, ExchangeFailed(what, status=status, body=text))
         elif not self._outlet.silenced(post):
-            logger.warning("HTTP %s answering %s", status_line(response), post.describe())
+            self._cfg.misbehaviour.warning("refused", "HTTP %s answering %s", status_line(response), post.describe())
         own_id = server_error is not None and post.has_id and server_error.get("id") == post.request_id
         gone = session_gone(status, raw) if post.sent_session and not own_id else None
         if gone is not None:
@@ -184,7 +184,7 @@ class Poster:
             body = _read_some(response, limit + 1, strict=True)
         except IO_ERRORS as exc:
             if not self._outlet.silenced(post):
-                self._fail_connection(post, f"{type(exc).__name__}: {exc}")
+                self._fail_connection(post, io_error_text(exc))
             return
         if len(body) > limit:
             bad = InvalidFrame(f"JSON body larger than {limit} bytes", body[:200])

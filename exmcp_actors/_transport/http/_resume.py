@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 import httpx
 
 from ..._protocol._errors import ExchangeFailed
-from ._config import IO_ERRORS, Config, logger, status_line
+from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._session import session_gone
 from ._sse import SSEParser
 
@@ -142,7 +142,7 @@ class StreamResumer:
                     return True
                 return None if pumped.frames else False
         except IO_ERRORS as exc:
-            logger.debug("resuming %s failed: %s", post.describe(), exc)
+            logger.debug("resuming %s failed: %s", post.describe(), io_error_text(exc))
             return False
 
 
@@ -227,7 +227,7 @@ class GetStream:
                 if halt.is_set():
                     return
                 unreachable += 1
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = io_error_text(exc)
                 logger.info("GET stream: %s (attempt %d)", reason, unreachable)
                 if unreachable >= cfg.reconnect_attempts:
                     self._outlet.report_lost(f"GET stream could not reconnect: {reason}")

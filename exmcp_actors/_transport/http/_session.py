@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 
 import httpx
 
-from ._config import IO_ERRORS, Config, logger
+from ._config import IO_ERRORS, Config, io_error_text, logger
 
 if TYPE_CHECKING:
     from ._requests import Post
@@ -106,7 +106,7 @@ class HttpSession:
             response = client.delete(self._cfg.url, headers=headers, timeout=self._cfg.delete_timeout)
             logger.debug("DELETE session: HTTP %d", response.status_code)
         except IO_ERRORS as exc:
-            logger.debug("DELETE session failed: %s", exc)
+            logger.debug("DELETE session failed: %s", io_error_text(exc))
 
     @staticmethod
     def _stamp(headers: httpx.Headers, session_id: str | None, version: str | None) -> None:
