@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hostile_text import RAW_CONTROL, no_raw_control
-from raw_http import Exchange, RawHttp, legacy_basics, rpc_result
+from hostile_text import RAW_CONTROL, no_raw_control, raw_in_texts
+from raw_http import LEGACY_INIT, Exchange, RawHttp, legacy_basics, rpc_result
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, RequestError
 from exmcp_actors._transport.http import STREAM_DROPPED
+from exmcp_actors._transport.http._session import MAX_SESSION_ID_BYTES
 
 HOSTILE = "\x1b[2J\x1b[31mforged\x07"
 
@@ -170,6 +171,75 @@ def test_a_resumed_stream_that_ends_with_nothing_each_time_fails_its_request_aft
     assert time.monotonic() - started < 10  # not kept resuming until the request's own timeout
     assert sum(1 for r in server.requests if r.method == "GET" and r.headers.get("last-event-id") == "e1") == 3
     assert client.status == "ready"
+
+
+# -- the session id -----------------------------------------------------------------------------
+
+#: In every session id below: it must reach no record, no error text, no later request.
+MARKER = b"Zs3ss10nZ"
+
+
+def assigning(*session_ids: bytes) -> RawHttp:
+    """A raw server whose ``initialize`` answer carries these ``Mcp-Session-Id`` headers, as bytes."""
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.rpc_method == "initialize":
+            body = rpc_result(exchange.body["id"], LEGACY_INIT)
+            lines = [b"HTTP/1.1 200 OK", b"Content-Type: application/json", f"Content-Length: {len(body)}".encode()]
+            lines += [b"Mcp-Session-Id: " + session_id for session_id in session_ids]
+            exchange.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+            return True
+        if exchange.method == "GET":
+            exchange.whole("405 Method Not Allowed")
+            return True
+        if legacy_basics(exchange):
+            return True
+        exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
+        return True
+
+    return RawHttp(answer)
+
+
+@pytest.mark.parametrize(
+    ("session_ids", "named"),
+    [
+        ([MARKER + b"\x1b[2J"], "byte 0x1b at offset 9"),
+        ([MARKER + b" x"], "byte 0x20 at offset 9"),
+        ([MARKER + b"\x7f"], "byte 0x7f at offset 9"),
+        ([MARKER + b"\xe9"], "byte 0xe9 at offset 9"),  # Latin-1: once kept, and sent back as UTF-8
+        ([MARKER + b"x" * MAX_SESSION_ID_BYTES], f"of {MAX_SESSION_ID_BYTES + 9} bytes"),
+        ([MARKER, MARKER + b"2"], "2 Mcp-Session-Id headers"),
+    ],
+)
+def test_a_session_id_the_spec_forbids_fails_the_connect_is_never_sent_back_and_never_logged(
+    clients: list[mcp.Client], caplog: pytest.LogCaptureFixture, session_ids: list[bytes], named: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with assigning(*session_ids) as server:
+        with pytest.raises(mcp.ConnectError) as refused:
+            connect(server.url, clients)
+        later = [r for r in server.requests if r.rpc_method != "initialize"]
+    error = refused.value
+    assert "Mcp-Session-Id" in str(error) and named in str(error)
+    assert [r.headers for r in later if "mcp-session-id" in r.headers] == []
+    texts = [str(error), repr(error), *(record.getMessage() for record in caplog.records)]
+    assert [text for text in texts if MARKER.decode() in text] == []
+    assert raw_in_texts(*texts) == []
+    assert any("the server assigned" in record.getMessage() for record in caplog.records)  # said, once
+
+
+def test_a_session_id_of_visible_ascii_at_the_bound_is_kept_sent_back_as_it_came_and_never_logged(
+    clients: list[mcp.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    session_id = (MARKER + bytes(range(0x21, 0x7F)) * 50)[:MAX_SESSION_ID_BYTES]
+    with assigning(session_id) as server:
+        client = connect(server.url, clients)
+        assert client.request("tools/list", timeout=5) == {"tools": []}
+        echoed = [r.headers.get("mcp-session-id") for r in server.requests if r.rpc_method == "tools/list"]
+        client.disconnect()
+    assert echoed == [session_id.decode()]
+    assert [r.getMessage() for r in caplog.records if MARKER.decode() in r.getMessage()] == []
 
 
 # -- failed exchanges ---------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from ..._protocol._errors import ExchangeFailed, InternalError, ProtocolError
 from .._base import InvalidFrame
 from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._pump import answers, decode
-from ._session import session_gone
+from ._session import InvalidSessionId, session_gone, session_id_from
 
 if TYPE_CHECKING:
     from ._outlet import Outlet
@@ -137,8 +137,13 @@ class Poster:
     def _handle_response(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code
         if post.method == "initialize" and 200 <= status < 300:
-            session_id = response.headers.get("mcp-session-id")
-            if session_id:
+            values = [value for name, value in response.headers.raw if name.lower() == b"mcp-session-id"]
+            try:
+                session_id = session_id_from(values)
+            except InvalidSessionId as refused:
+                self._refuse_session(post, refused)
+                return
+            if session_id is not None:
                 self._session.assigned(session_id)
         if not 200 <= status < 300:
             self._http_error(post, response)
@@ -156,6 +161,13 @@ class Poster:
         else:
             why = f"the server answered a request with content type {content_type!r} (HTTP {status})"
             self._outlet.fail(post, ProtocolError(why, reason=("unexpected_content_type", content_type)))
+
+    def _refuse_session(self, post: Post, refused: InvalidSessionId) -> None:
+        """No session on an id the spec forbids: ``initialize`` fails, so nothing is ever sent
+        back with it (a control or a space would be echoed into every request's head)."""
+        self._cfg.misbehaviour.warning("session-id", "the server assigned %s; initialize fails", refused)
+        why = f"the server assigned {refused}, which no MCP server may send"
+        self._outlet.fail(post, ProtocolError(why, reason=("invalid_session_id", str(refused))))
 
     def _http_error(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code
