@@ -13,6 +13,10 @@ those propagating from its children), so :func:`install` also wraps the
 log-record factory: every record whose logger name falls under
 :data:`PREFIXES` (``exmcp_actors.hub``, ``authlib.oauth2...``, any added later)
 is redacted when it is created.
+
+The same point escapes what is left of a record's control characters
+(:func:`~exmcp_actors._protocol._peer_text.escape_unsafe`): no record the library causes can
+drive the terminal that shows it or forge a line of the log.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any, Final
+
+from .._protocol._peer_text import escape_unsafe
 
 #: Every logger the library or its dependencies log to while it works.
 LOGGERS: Final = (
@@ -94,19 +100,26 @@ def redact_text(text: str) -> str:
 
 
 class RedactingFilter(logging.Filter):
-    """Rewrites a record's message through :func:`redact_text` (it never drops a record)."""
+    """Rewrites a record's message through :func:`redact_text`, its control characters escaped
+    (it never drops a record).
+
+    The escaping is the last line of defence: a server's words are escaped where our messages
+    quote them, but a dependency quotes them raw (httpx logs each response's reason phrase).
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a broken record: leave it to the handler to report
             return True
-        redacted = redact_text(message)
+        redacted = escape_unsafe(redact_text(message))  # redacted first: header lines end in CR LF
         if redacted != message:
             record.msg, record.args = redacted, None
         if record.exc_info and record.exc_text is None and record.exc_info[1] is not None:
-            # The traceback's last line repeats the exception's message: format it redacted.
-            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+            # The traceback's last line repeats the exception's message: format it redacted,
+            # each line escaped (its line ends stay: a traceback is many lines).
+            text = redact_text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = "\n".join(escape_unsafe(line) for line in text.split("\n"))
         return True
 
 
