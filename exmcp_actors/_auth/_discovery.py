@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -22,19 +21,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from ._errors import AnswerRefused, AuthError
+from ._fetch import exchange, misbehaviour
+
 __all__ = ["AuthError", "Discovery", "canonical", "discover", "parse_challenge", "same_origin"]
 
 logger = logging.getLogger("exmcp_actors.auth")
 
-#: Largest metadata document read.
-_MAX_METADATA_BYTES: Final = 256 * 1024
-
 # auth-param = token "=" ( token / quoted-string ), RFC 9110 section 11.2.
 _PARAM: Final = re.compile(r'([A-Za-z0-9_\-.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))')
-
-
-class AuthError(Exception):
-    """The authorization flow could not get a token (the text names the step, never a secret)."""
 
 
 def parse_challenge(header: str | None) -> dict[str, str]:
@@ -95,23 +90,15 @@ class Discovery:
 def _get_json(http: httpx.Client, url: str) -> dict[str, Any] | None:
     """A metadata document, or None when there is none at ``url`` (any 4xx, too large, or not JSON)."""
     try:
-        with http.stream("GET", url, headers={"Accept": "application/json"}) as response:
-            if response.status_code >= 500:
-                raise AuthError(f"metadata at {_origin(url)} answered HTTP {response.status_code}")
-            if response.status_code != 200:
-                return None
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > _MAX_METADATA_BYTES:  # read no further: bounded memory
-                    logger.warning("metadata at %s is larger than %d bytes: ignored", _origin(url), _MAX_METADATA_BYTES)
-                    return None
+        answer = exchange(http, "GET", url, headers={"Accept": "application/json"})
+    except AnswerRefused as exc:
+        misbehaviour.warning("metadata-refused", "metadata ignored: %s", exc)
+        return None
     except httpx.HTTPError as exc:
         raise AuthError(f"cannot fetch metadata from {_origin(url)}: {type(exc).__name__}") from exc
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
+    if answer.status >= 500:
+        raise AuthError(f"metadata at {_origin(url)} answered HTTP {answer.status}")
+    value = answer.json() if answer.status == 200 else None
     return value if isinstance(value, dict) else None
 
 
