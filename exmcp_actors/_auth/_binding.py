@@ -16,7 +16,8 @@ import logging
 from typing import Any
 
 from .._protocol._peer_text import peer_text
-from ._discovery import AuthError, Discovery, same_issuer, shown_origin
+from ._discovery import AuthError, Discovery, same_issuer
+from ._fetch import origin as shown_origin
 from ._storage import TokenStorage
 
 __all__ = ["bound_record", "pre_registered_issuer"]

@@ -4,23 +4,35 @@ to the loopback listener (RFC 8252 section 7.3)."""
 
 from __future__ import annotations
 
-import http.server
 import logging
+import select
 import socket
 import sys
 import threading
+import time
 import webbrowser
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
+from .._protocol._ratelog import RateLimitedLog
 from .._util._redact import redact_url
-from ._discovery import AuthError
+from ._errors import AuthError
 
 __all__ = ["LoopbackListener", "loopback_redirect"]
 
 logger = logging.getLogger("exmcp_actors.auth")
 
 _PAGE: Final = b"<!doctype html><title>Authorized</title><p>Authorization complete: you may close this window.</p>"
+#: Connections served at once; a browser opens one or two (a speculative one may stay idle).
+_MAX_CONNECTIONS: Final = 16
+#: Seconds a connection has to send its whole request head (a browser needs milliseconds).
+_HEAD_SECONDS: Final = 10.0
+#: Largest request head read: a browser sends its 127.0.0.1 cookies too, so not a small bound.
+_MAX_HEAD_BYTES: Final = 64 * 1024
+#: Seconds to write the answer, and to wait for a connection's thread when closing.
+_JOIN_SECONDS: Final = 2.0
+
+_log: Final = RateLimitedLog(logger)
 
 
 def loopback_redirect(redirect_uri: str) -> tuple[str, int, str]:
@@ -47,41 +59,31 @@ def free_port(host: str) -> int:
         return port
 
 
-class _Server6(http.server.HTTPServer):
-    address_family = socket.AF_INET6
-
-
 class LoopbackListener:
-    """A one-shot HTTP listener on the redirect URI; :meth:`wait` returns the callback URL."""
+    """A one-shot HTTP listener on the redirect URI; :meth:`wait` returns the callback URL.
+
+    Any local process can connect to it, so none can hold it: each connection is served on
+    its own thread, has :data:`_HEAD_SECONDS` to send a head of at most
+    :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once new ones are closed
+    unanswered. :meth:`close` (at the end of :meth:`wait`, whatever is connected) shuts every
+    connection down.
+    """
 
     def __init__(self, redirect_uri: str) -> None:
         host, port, self._path = loopback_redirect(redirect_uri)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, port), family=family)
+        self.port: int = self._sock.getsockname()[1]
         self._result: str | None = None
         self._done = threading.Event()
-        listener = self
-
-        class _Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if urlsplit(self.path).path != listener._path:
-                    self.send_error(404)
-                    return
-                listener._result = self.path
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(_PAGE)))
-                self.end_headers()
-                self.wfile.write(_PAGE)
-                listener._done.set()
-
-            def log_message(self, format: str, *args: object) -> None:
-                # The request line holds the authorization code: never logged.
-                return
-
-        self._server = (_Server6 if ":" in host else http.server.HTTPServer)((host, port), _Handler)
-        self.port: int = self._server.server_address[1]
-        self._host = host
-        self._thread = threading.Thread(target=self._server.serve_forever, name="exmcp-oauth-callback", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conns: set[socket.socket] = set()
+        self._threads: set[threading.Thread] = set()
+        # Wakes the accepting thread's select() on close, on every platform.
+        self._wake_read, self._wake = socket.socketpair()
+        self._accepter = threading.Thread(target=self._accept, name="exmcp-oauth-callback", daemon=True)
+        self._accepter.start()
 
     def wait(self, base_uri: str, timeout: float) -> str:
         """The full callback URL, once the browser came back.
@@ -99,9 +101,110 @@ class LoopbackListener:
             self.close()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(2.0)
+        """Stop listening and shut every connection down; returns once their threads ended."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conns, threads = list(self._conns), list(self._threads)
+        self._wake.send(b"x")
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # wakes the thread reading it
+            except OSError:
+                pass
+        for thread in (self._accepter, *threads):
+            thread.join(_JOIN_SECONDS)
+        for sock in (self._sock, self._wake, self._wake_read):
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            readable, _, _ = select.select([self._sock, self._wake_read], [], [])
+            if self._wake_read in readable:
+                return
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue  # the connection was reset before we took it
+            with self._lock:
+                self._threads = {t for t in self._threads if t.is_alive()}
+                if self._closed or len(self._conns) >= _MAX_CONNECTIONS:
+                    conn.close()
+                    _log.warning("callback-full", "the loopback callback listener is full: a connection was dropped")
+                    continue
+                self._conns.add(conn)
+                thread = threading.Thread(
+                    target=self._serve, args=(conn,), name="exmcp-oauth-callback-conn", daemon=True
+                )
+                self._threads.add(thread)
+                thread.start()  # under the lock: close() never joins a thread not started yet
+
+    def _serve(self, conn: socket.socket) -> None:
+        deadline = time.monotonic() + _HEAD_SECONDS
+        try:
+            head = _read_head(conn, deadline)
+            if head is None:
+                return
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+            method, target, version = request_line if len(request_line) == 3 else ("", "", "")
+            if not version.startswith("HTTP/"):
+                _answer(conn, "400 Bad Request", b"")
+            elif method != "GET":
+                _answer(conn, "405 Method Not Allowed", b"")
+            elif urlsplit(target).path != self._path:
+                _answer(conn, "404 Not Found", b"")
+            else:
+                with self._lock:
+                    first = self._result is None
+                    if first:
+                        self._result = target
+                try:
+                    _answer(conn, "200 OK", _PAGE)
+                finally:
+                    if first:
+                        self._done.set()
+        except OSError:
+            pass  # gone, or too slow: either way not the callback
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+
+def _read_head(conn: socket.socket, deadline: float) -> bytes | None:
+    """The request head; None when the connection ends first, or breaks the deadline or the size bound."""
+    head = bytearray()
+    while b"\r\n\r\n" not in head:
+        left = deadline - time.monotonic()
+        if left <= 0 or len(head) > _MAX_HEAD_BYTES:
+            # A browser's speculative connection may idle this long too: worth a line, not a warning.
+            _log.info(
+                "callback-slow",
+                "the loopback callback listener dropped a connection: no whole request head in %gs and %d bytes",
+                _HEAD_SECONDS,
+                _MAX_HEAD_BYTES,
+            )
+            return None
+        conn.settimeout(left)
+        try:
+            data = conn.recv(4096)
+        except TimeoutError:
+            continue  # the deadline: said above
+        if not data:
+            return None
+        head += data
+    return bytes(head)
+
+
+def _answer(conn: socket.socket, status: str, page: bytes) -> None:
+    conn.settimeout(_JOIN_SECONDS)
+    kind = "text/html; charset=utf-8" if page else "text/plain"
+    conn.sendall(
+        f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(page)}\r\n"
+        "Connection: close\r\nCache-Control: no-store\r\n\r\n".encode("latin-1")
+        + page
+    )
 
 
 def open_browser(authorization_url: str) -> None:

@@ -18,7 +18,6 @@ Every value a server supplied that reaches an exception text goes through
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -29,6 +28,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from .._protocol._peer_text import peer_text
+from ._errors import AnswerRefused, AuthError
+from ._fetch import exchange, misbehaviour
+from ._fetch import origin as shown_origin
 
 __all__ = [
     "AuthError",
@@ -39,20 +41,12 @@ __all__ = [
     "parse_challenge",
     "same_issuer",
     "same_origin",
-    "shown_origin",
 ]
 
 logger = logging.getLogger("exmcp_actors.auth")
 
-#: Largest metadata document read.
-_MAX_METADATA_BYTES: Final = 256 * 1024
-
 # auth-param = token "=" ( token / quoted-string ), RFC 9110 section 11.2.
 _PARAM: Final = re.compile(r'([A-Za-z0-9_\-.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))')
-
-
-class AuthError(Exception):
-    """The authorization flow could not get a token (the text names the step, never a secret)."""
 
 
 def parse_challenge(header: str | None) -> dict[str, str]:
@@ -103,16 +97,6 @@ def _origin(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
-def shown_origin(url: str) -> str:
-    """The origin of a URL, safe to put in a log record or an exception text (a server may have supplied it)."""
-    try:
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # a port that is no number, a broken IPv6 literal
-        origin = url
-    return peer_text(origin)
-
-
 def _resource_allowed(server: str, resource: str) -> bool:
     """The metadata's ``resource`` covers the server URL: same origin, and a path prefix of it.
 
@@ -147,23 +131,15 @@ class Discovery:
 def _get_json(http: httpx.Client, url: str) -> dict[str, Any] | None:
     """A metadata document, or None when there is none at ``url`` (any 4xx, too large, or not JSON)."""
     try:
-        with http.stream("GET", url, headers={"Accept": "application/json"}) as response:
-            if response.status_code >= 500:
-                raise AuthError(f"metadata at {_origin(url)} answered HTTP {response.status_code}")
-            if response.status_code != 200:
-                return None
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > _MAX_METADATA_BYTES:  # read no further: bounded memory
-                    logger.warning("metadata at %s is larger than %d bytes: ignored", _origin(url), _MAX_METADATA_BYTES)
-                    return None
-    except httpx.HTTPError as exc:
-        raise AuthError(f"cannot fetch metadata from {_origin(url)}: {type(exc).__name__}") from exc
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
+        answer = exchange(http, "GET", url, headers={"Accept": "application/json"})
+    except AnswerRefused as exc:
+        misbehaviour.warning("metadata-refused", "metadata ignored: %s", exc)
         return None
+    except httpx.HTTPError as exc:
+        raise AuthError(f"cannot fetch metadata from {shown_origin(url)}: {type(exc).__name__}") from exc
+    if answer.status >= 500:
+        raise AuthError(f"metadata at {shown_origin(url)} answered HTTP {answer.status}")
+    value = answer.json() if answer.status == 200 else None
     return value if isinstance(value, dict) else None
 
 
@@ -209,7 +185,7 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
         # so only the origin must be the server's own.
         issuer = _origin(server)
         metadata = _fetch_as_metadata(http, issuer, lambda named: same_origin(named, issuer))
-        logger.debug("no protected resource metadata for %s: using %s", _origin(server), issuer)
+        logger.debug("no protected resource metadata for %s: using %s", shown_origin(server), shown_origin(issuer))
         if metadata is None:
             defaults = {
                 "issuer": issuer,

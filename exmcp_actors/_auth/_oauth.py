@@ -32,9 +32,10 @@ from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
 from ._callback import authorization_code
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
-from ._discovery import shown_origin as _origin
+from ._fetch import exchange, oauth_client, require_secure, shown
+from ._fetch import origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
-from ._tokens import JWT_BEARER, ClientIdentity, choose_auth_method, request_token
+from ._tokens import JWT_BEARER, ClientIdentity, authorization_url, choose_auth_method, request_token
 
 __all__ = ["OAuth"]
 
@@ -85,7 +86,8 @@ class OAuth:
         on_authorize: ``fn(authorization_url) -> callback_url``; None: open the
             system browser and wait for the redirect on the loopback listener.
         authorize_timeout: seconds the default ``on_authorize`` waits for the browser.
-        timeout: seconds for each request to an authorization server.
+        timeout: seconds for each request to an authorization server, whole
+            (connecting, then its answer to the last byte).
         verify: TLS verification for authorization servers (as httpx takes it).
 
     Raises:
@@ -165,6 +167,7 @@ class OAuth:
 
     def bearer(self, server: str) -> str | None:
         """The access token for ``server`` (refreshed first when it expired), or None."""
+        require_secure(server, "the bearer token")
         key = _http_url(server)
         # Bounded: another connection may hold the lock through a browser authorization.
         if not self._lock.acquire(timeout=self.timeout):
@@ -220,7 +223,7 @@ class OAuth:
     # -- the flow ---------------------------------------------------------------
 
     def _obtain(self, key: str, status: int, params: dict[str, str]) -> None:
-        with httpx.Client(timeout=self.timeout, verify=self.verify, follow_redirects=False) as http:
+        with oauth_client(self.timeout, self.verify) as http:
             found = discover(http, key, params)
             record = self.storage.load(key) or {}
             if self.client_id:
@@ -314,15 +317,12 @@ class OAuth:
         if scope:
             body["scope"] = scope
         try:
-            response = http.post(endpoint, json=body)
+            answer = exchange(http, "POST", endpoint, json=body)
         except httpx.HTTPError as exc:
-            raise AuthError(f"client registration at {endpoint} failed: {type(exc).__name__}") from exc
-        try:
-            info = response.json() if response.status_code in (200, 201) else None
-        except ValueError:
-            info = None
+            raise AuthError(f"client registration at {shown(endpoint)} failed: {type(exc).__name__}") from exc
+        info = answer.json() if answer.status in (200, 201) else None
         if not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
-            raise AuthError(f"client registration at {endpoint} answered HTTP {response.status_code}")
+            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}")
         secret = info.get("client_secret") if isinstance(info.get("client_secret"), str) else None
         given = info.get("token_endpoint_auth_method")
         chosen = given if isinstance(given, str) else method
@@ -355,23 +355,26 @@ class OAuth:
         if endpoint is None or token_endpoint is None:
             raise AuthError("the authorization server metadata has no authorization_endpoint")
         from authlib.common.security import generate_token  # on first use: see _tokens.py
-        from authlib.integrations.httpx_client import OAuth2Client
 
         redirect = self._redirect()
         verifier = generate_token(64)
         state = generate_token(32)
-        with OAuth2Client(
-            client_id=identity.client_id, redirect_uri=redirect, scope=scope, code_challenge_method="S256"
-        ) as client:
-            url, _ = client.create_authorization_url(
-                endpoint, state=state, code_verifier=verifier, resource=found.resource
-            )
+        url = authorization_url(
+            endpoint,
+            client_id=identity.client_id,
+            redirect_uri=redirect,
+            scope=scope,
+            state=state,
+            code_verifier=verifier,
+            resource=found.resource,
+        )
         # Checked before the code goes to any token endpoint (RFC 9207 section 2.4).
         code = authorization_code(self._authorize(url, redirect), state, found.metadata)
         params = {"code": code, "redirect_uri": redirect, "code_verifier": verifier, "resource": found.resource}
         return self._token(identity, found.issuer, token_endpoint, "authorization_code", params)
 
     def _authorize(self, url: str, redirect: str) -> str:
+        require_secure(url, "the authorization request")
         if self._on_authorize is not None:
             try:
                 return str(self._on_authorize(url))

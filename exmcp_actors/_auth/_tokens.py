@@ -1,24 +1,32 @@
 """Token endpoint requests, through authlib: client authentication
 (``client_secret_basic``, ``client_secret_post``, ``none``,
 ``private_key_jwt``), the grants (authorization code with PKCE, refresh,
-client credentials, jwt-bearer) and RFC 8707 ``resource`` on each.
+client credentials, jwt-bearer) and RFC 8707 ``resource`` on each; and the
+authorization URL.
 
 authlib does the encoding, the client authentication, the JWT signing and
-the parsing of the token response; this module chooses what to send.
+the parsing of the token response; this module chooses what to send. The
+requests go through the flow's own client (``_fetch.py``: https, a deadline,
+a bounded answer), never through authlib's httpx integration: from authlib
+1.7 that one uses ``httpx2`` whenever it is importable, a second HTTP stack
+with its own exceptions and unredacted loggers.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import httpx
 
 from .._protocol._peer_text import peer_text
-from ._discovery import AuthError
+from ._errors import AuthError
+from ._fetch import Answer, exchange, oauth_client, shown
 
-__all__ = ["JWT_BEARER", "ClientIdentity", "choose_auth_method", "request_token"]
+__all__ = ["JWT_BEARER", "ClientIdentity", "authorization_url", "choose_auth_method", "request_token"]
 
 #: RFC 7523 authorization grant (cross-app access hands an ID-JAG with it).
 JWT_BEARER: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -75,6 +83,73 @@ def _signing_key(pem: str, given: str | None) -> tuple[Any, str]:
     return OKPKey.import_key(pem), given or "EdDSA"
 
 
+class _Session:
+    """What authlib's protocol client asks of its HTTP session (``post``), on the flow's client."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+
+    def post(self, url: str, *, data: dict[str, Any], headers: dict[str, str], auth: Any) -> _TokenAnswer:
+        # A copy: authlib hands its module-wide default headers, which client
+        # authentication would otherwise write the Basic credentials into.
+        url, sent, body = auth.prepare("POST", url, dict(headers), urlencode(data))
+        return _TokenAnswer(exchange(self._http, "POST", url, headers=sent, content=body), url)
+
+
+class _TokenAnswer:
+    """A token endpoint's answer, as authlib's response parsing reads it."""
+
+    def __init__(self, answer: Answer, url: str) -> None:
+        self._answer = answer
+        self._url = url
+        self.status_code = answer.status
+
+    def json(self) -> Any:
+        value = self._answer.json()
+        if value is None:
+            raise ValueError("the token response is not JSON")
+        return value
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise AuthError(f"the token endpoint {shown(self._url)} answered HTTP {self.status_code}")
+
+
+@functools.cache
+def _protocol_client_class() -> Any:
+    """authlib's protocol client, which has no HTTP of its own (:class:`_Session` is its session)."""
+    from authlib.integrations.base_client import OAuthError
+    from authlib.oauth2.client import OAuth2Client
+
+    class ProtocolClient(OAuth2Client):  # type: ignore[misc]
+        # As in authlib's httpx client: an error answer's description is not vetted (it is never shown).
+        oauth_error_class = OAuthError
+
+    return ProtocolClient
+
+
+def _protocol_client(**kwargs: Any) -> Any:
+    return _protocol_client_class()(**kwargs)
+
+
+def authorization_url(
+    endpoint: str,
+    *,
+    client_id: str,
+    redirect_uri: str,
+    scope: str | None,
+    state: str,
+    code_verifier: str,
+    resource: str | None,
+) -> str:
+    """The authorization request URL, with its PKCE S256 challenge and RFC 8707 ``resource``."""
+    client = _protocol_client(
+        session=None, client_id=client_id, redirect_uri=redirect_uri, scope=scope, code_challenge_method="S256"
+    )
+    url, _ = client.create_authorization_url(endpoint, state=state, code_verifier=code_verifier, resource=resource)
+    return str(url)
+
+
 def request_token(
     identity: ClientIdentity,
     token_endpoint: str,
@@ -93,7 +168,6 @@ def request_token(
     # Imported on first use: authlib costs a noticeable part of a second to import,
     # which hosts that never meet a protected server should not pay.
     from authlib.common.errors import AuthlibBaseError as OAuthError
-    from authlib.integrations.httpx_client import OAuth2Client
     from authlib.oauth2.rfc7523 import PrivateKeyJWT
     from joserfc.errors import JoseError
 
@@ -105,23 +179,23 @@ def request_token(
         # The audience is the issuer, as the MCP extension asks. A fresh object
         # per request: authlib stores the jti it adds in ``claims``.
         method = PrivateKeyJWT(token_endpoint, claims={"aud": issuer}, alg=alg)
-    client = OAuth2Client(
-        client_id=identity.client_id,
-        client_secret=secret,
-        token_endpoint_auth_method=method,
-        timeout=timeout,
-        verify=verify,
-        follow_redirects=False,
-    )
-    with client:
-        body = {k: v for k, v in params.items() if v is not None}
-        if identity.auth_method == "client_secret_basic":
-            # Also in the body, as RFC 6749 section 4.1.3 allows: some servers (the MCP SDK's) look it up there.
-            body["client_id"] = identity.client_id
+    body = {k: v for k, v in params.items() if v is not None}
+    if identity.auth_method == "client_secret_basic":
+        # Also in the body, as RFC 6749 section 4.1.3 allows: some servers (the MCP SDK's) look it up there.
+        body["client_id"] = identity.client_id
+    with oauth_client(timeout, verify) as http:
+        client = _protocol_client(
+            session=_Session(http),
+            client_id=identity.client_id,
+            client_secret=secret,
+            token_endpoint_auth_method=method,
+        )
         try:
             token = client.fetch_token(token_endpoint, grant_type=grant_type, **body)
         except httpx.HTTPError as exc:
-            raise AuthError(f"token request to {token_endpoint} failed: {type(exc).__name__}") from exc
+            raise AuthError(f"token request to {shown(token_endpoint)} failed: {type(exc).__name__}") from exc
+        except AuthError:  # said by the fetch code (cleartext, answer too large): already a sentence
+            raise
         except OAuthError as exc:
             refused = peer_text(exc.error, 100)  # the server's own words: escaped, never raw
             raise AuthError(f"the authorization server refused the {grant_type} token request: {refused}") from exc

@@ -44,8 +44,10 @@ LOGGERS: Final = (
     "hpack",
     "websocket",
 )
-#: Logger-name roots whose whole subtree is redacted, whatever the child's name.
-PREFIXES: Final = ("exmcp_actors", "httpx", "httpcore", "hpack", "websocket", "authlib")
+#: Logger-name roots whose whole subtree is redacted, whatever the child's name. ``httpx2``
+#: and ``httpcore2`` are the stack authlib's httpx integration switches to when installed: the
+#: library sends nothing through it, but a host's own authlib (or MCP SDK) calls may.
+PREFIXES: Final = ("exmcp_actors", "httpx", "httpcore", "hpack", "websocket", "authlib", "httpx2", "httpcore2")
 MASK: Final = "***"
 
 # scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote.
