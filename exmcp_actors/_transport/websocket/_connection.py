@@ -1,34 +1,34 @@
 """The WebSocket transport: subprotocol ``"mcp"``, one JSON-RPC message per text frame.
 
-Built on websocket-client's low-level :class:`websocket.WebSocket` (not
-``WebSocketApp``, whose automatic reconnect hides errors) for the connection,
-the opening handshake and every send, with the lessons measured on it:
+The connection and the opening handshake are made here (``_handshake``: bounded,
+under the one deadline of ``open()``, no cookie jar); websocket-client's low-level
+:class:`websocket.WebSocket` (not ``WebSocketApp``, whose automatic reconnect hides
+errors) frames every send, with the lessons measured on it:
 
-- the socket stays blocking after the handshake: a send that times out
-  midway would leave half a frame on the wire;
-- dead peers are found by a heartbeat, and the socket is then shut down
-  under the blocked reader (``abort``);
+- the socket stays blocking after the handshake: a send that times out midway would
+  leave half a frame on the wire;
+- dead peers are found by a heartbeat, and the socket is then shut down under the
+  blocked reader (``abort``);
 - the reader catches ``OSError`` as well as WebSocket exceptions.
 
-Receiving does not go through websocket-client: its ``recv_data_frame`` costs
-about 10 us of CPU per frame. The reader reads the socket itself, 64 KiB at a
-time, and parses every whole frame of each read with :class:`FrameParser`
-(``_wsframes``), about 2 us per message all told. UTF-8 is checked when a
-message is decoded; bad UTF-8 becomes an InvalidFrame.
+Receiving does not go through websocket-client: its ``recv_data_frame`` costs about
+10 us of CPU per frame. The reader reads the socket itself, 64 KiB at a time, and
+parses every whole frame of each read with :class:`FrameParser` (``_frames``), about
+2 us per message all told. UTF-8 is checked when a message is decoded; bad UTF-8
+becomes an InvalidFrame.
 
 Threads per connection (all daemons, all ended by ``close()`` or by the loss):
 
-- ``exmcp-ws-reader``: reads up to 64 KiB (and what TLS has already
-  decrypted), hands every message completed by that read to the sink in one
-  call (at most ``max_batch_frames`` per call), answers pings;
-- ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one
-  thread only because websocket-client sends must be serialised;
-- no heartbeat thread: the process-wide scheduler (``_scheduler``) asks for
-  a ping every ``heartbeat_interval``; if no complete frame (pong or other)
-  arrives within ``heartbeat_timeout`` after it, reports the loss and aborts
-  the socket. A peer that falls silent, or only trickles the bytes of an
-  unfinished frame, is so detected within
-  ``heartbeat_interval + heartbeat_timeout``.
+- ``exmcp-ws-reader``: reads up to 64 KiB (and what TLS has already decrypted),
+  hands every message completed by that read to the sink in one call (at most
+  ``max_batch_frames`` per call), answers pings;
+- ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one thread only
+  because websocket-client sends must be serialised;
+- no heartbeat thread: the process-wide scheduler (``_scheduler``) asks for a ping
+  every ``heartbeat_interval``; if no complete frame (pong or other) arrives within
+  ``heartbeat_timeout`` after it, reports the loss and aborts the socket. A peer that
+  falls silent, or only trickles the bytes of an unfinished frame, is so detected
+  within ``heartbeat_interval + heartbeat_timeout``.
 
 Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
 servers send JSON in binary frames; anything else becomes an InvalidFrame.
@@ -64,6 +64,7 @@ from .._framing import (
     oversized_error,
 )
 from ._frames import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Oversized, ProtocolError, WsEvent
+from ._handshake import Deadline, HandshakeError, HandshakeRefused, Opened, open_websocket, why_not_upgraded
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
 SUBPROTOCOL: Final = "mcp"
@@ -96,7 +97,8 @@ class WebSocketTransport(Transport):
 
     Args:
         url: ``ws://`` or ``wss://`` URL.
-        headers: extra handshake headers (``Authorization``, ``Origin``...).
+        headers: extra handshake headers (``Authorization``, ``Origin``, ``Cookie``...). No
+            cookie jar is kept: a ``Set-Cookie`` in the server's answer is ignored.
         heartbeat_interval: seconds between pings; ``None`` or 0 turns the heartbeat off.
         heartbeat_timeout: seconds to wait for any frame after a ping.
         sslopt: websocket-client TLS options; default: verify certificates.
@@ -154,7 +156,8 @@ class WebSocketTransport(Transport):
         return conn.subprotocol if conn is not None else None
 
     def open(self, sink: FrameSink, *, timeout: float) -> None:
-        """Connect a new socket within ``timeout`` (per network step), ending any previous one."""
+        """Connect a new socket and upgrade it within ``timeout`` seconds in all (the TCP
+        connection, TLS, the handshake), ending any previous one."""
         self._slot.close()
         conn = _WsConnection(self, sink)
         conn.start(timeout)
@@ -186,13 +189,14 @@ class _WsConnection:
         self.t = transport
         self.label = transport.describe()
         self.latch = LossLatch(sink, self.label)
-        self.ws = websocket.WebSocket(
-            sslopt=dict(transport.sslopt),
+        self.ws = websocket.WebSocket(  # frames and masks what we send (the handshake is ours)
             enable_multithread=True,  # sends from the writer and pongs from the reader
             skip_utf8_validation=True,
         )
         self.sock: socket.socket | None = None
         self.subprotocol: str | None = None
+        #: What the server sent right after its handshake answer: the start of its frames.
+        self._first_bytes = b""
         #: When the reader last received a complete frame (pongs too), for the heartbeat.
         self.last_rx = time.monotonic()
         #: The reader is inside the sink.
@@ -216,25 +220,16 @@ class _WsConnection:
     # -- lifecycle ---------------------------------------------------------
 
     def start(self, timeout: float) -> None:
-        options: dict[str, Any] = {"subprotocols": [SUBPROTOCOL], "timeout": timeout}
-        header: dict[str, str] = {}
-        for key, value in self.t.headers.items():
-            # websocket-client writes its own Origin and Host: pass ours through its options.
-            if key.lower() in ("origin", "host"):
-                options[key.lower()] = value
-            else:
-                header[key] = value
-        # Redirects are refused: websocket-client would follow them re-sending our
-        # headers (Authorization included), even from wss:// to ws://.
-        options["redirect_limit"] = 0
+        """Connect and upgrade within ``timeout`` seconds in all (see ``_handshake``)."""
+        deadline = Deadline(timeout)
         try:
-            self._connect(options, header)
-            self.ws.settimeout(None)  # blocking from now on: see the module docstring
-        except (*_IO_ERRORS, ValueError) as exc:
-            self.ws.shutdown()  # type: ignore[no-untyped-call]
-            raise TransportError(f"{self.label}: cannot connect: {self._refusal(exc)}") from exc
-        self.sock = self.ws.sock
-        self.subprotocol = self.ws.getsubprotocol()
+            opened = self._connect(deadline)
+        except (HandshakeError, *_IO_ERRORS, ValueError) as exc:
+            raise TransportError(f"{self.label}: cannot connect: {why_not_upgraded(self.t.url, exc)}") from exc
+        self.sock = self.ws.sock = opened.sock
+        self.ws.connected = True  # websocket-client frames and masks what we send from now on
+        self.subprotocol = opened.subprotocol
+        self._first_bytes = opened.rest
         logger.debug("%s: connected (subprotocol %r)", self.label, self.subprotocol)
         self.last_rx = time.monotonic()
         self.writer.start()
@@ -242,40 +237,22 @@ class _WsConnection:
         if self.t.heartbeat_interval:
             self._heartbeat.arm(self.t.heartbeat_interval, self._heartbeat_ping)
 
-    def _connect(self, options: dict[str, Any], header: dict[str, str]) -> None:
-        """The upgrade request; with OAuth, bearer token on it and a new token on 401/403."""
+    def _connect(self, deadline: Deadline) -> Opened:
+        """The upgrade; with OAuth, bearer token on it and a new token on 401/403. Redirects
+        are refused: following one would re-send Authorization wherever it points."""
         auth = self.t.auth
         for _ in range(_AUTH_ROUNDS):
             token = auth.bearer(self.t.url) if auth is not None else None
-            sent = dict(header, Authorization=f"Bearer {token}") if token is not None else header
-            if sent:
-                options["header"] = sent
+            headers = dict(self.t.headers, Authorization=f"Bearer {token}") if token is not None else self.t.headers
             try:
-                self.ws.connect(self.t.url, **options)  # type: ignore[no-untyped-call]
-                return
-            except websocket.WebSocketBadStatusException as exc:
-                status = exc.status_code
-                headers = exc.resp_headers or {}
-                if auth is None or status not in (401, 403):
+                return open_websocket(self.t.url, headers, self.t.sslopt, SUBPROTOCOL, deadline)
+            except HandshakeRefused as exc:
+                if auth is None or exc.status not in (401, 403):
                     raise
-                challenge = next((v for k, v in headers.items() if k.lower() == "www-authenticate"), None)
-                if not auth.challenge(self.t.url, status, challenge, token):
+                challenge = exc.headers.get("www-authenticate")
+                if not auth.challenge(self.t.url, exc.status, challenge, token):
                     raise
-                self.ws.shutdown()  # type: ignore[no-untyped-call]
         raise TransportError(f"{self.label}: the server refused every new token")
-
-    def _refusal(self, exc: Exception) -> str:
-        """Why the handshake failed, without the response's headers or body (they may hold secrets)."""
-        response = getattr(self.ws, "handshake_response", None)
-        status = getattr(response, "status", None) or getattr(exc, "status_code", None)
-        if isinstance(status, int) and 300 <= status < 400:
-            headers = getattr(response, "headers", None) or getattr(exc, "resp_headers", None) or {}
-            location = headers.get("location")
-            target = redact_url(urllib.parse.urljoin(self.t.url, location)) if location else "nowhere (no Location)"
-            return f"the server redirects (HTTP {status}) to {target}; redirects are not followed, use that URL"
-        if isinstance(exc, websocket.WebSocketBadStatusException):
-            return f"the server refused the WebSocket handshake with HTTP {exc.status_code} {exc.status_message}"
-        return str(exc)
 
     def send(self, data: bytes) -> None:
         if not self.latch.active:
@@ -350,19 +327,6 @@ class _WsConnection:
             except _IO_ERRORS as exc:
                 logger.debug("%s: could not send the close frame: %r", self.label, exc)
 
-    def _buffered_by_client(self) -> bytes:
-        """Bytes websocket-client already took off the socket (none: it reads the handshake
-        byte by byte), so that the parser starts exactly where it stopped."""
-        buffer = getattr(self.ws, "frame_buffer", None)
-        if buffer is None:
-            return b""
-        if buffer.header is not None:  # it was inside a frame: cannot happen before any recv
-            raise websocket.WebSocketProtocolException("websocket-client holds a partial frame")
-        pieces: list[bytes] = buffer.recv_buffer
-        data = b"".join(pieces)
-        buffer.recv_buffer = []
-        return data
-
     def _recv(self, sock: socket.socket) -> bytes:
         """One read: up to 64 KiB, plus what TLS has already decrypted (b"" at EOF)."""
         data = sock.recv(_READ_SIZE)
@@ -378,7 +342,7 @@ class _WsConnection:
         parser = FrameParser(self.t.max_frame_bytes)
         seen = 0
         try:
-            data = self._buffered_by_client()
+            data = self._first_bytes
             while True:
                 if data:
                     events = parser.feed(data)
