@@ -32,13 +32,20 @@ Threads per connection (all daemons, all ended by ``close()`` or by the loss):
 
 Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
 servers send JSON in binary frames; anything else becomes an InvalidFrame.
+
+A message over ``max_frame_bytes`` or a broken frame fails the connection (RFC 6455
+section 7.1.7, as websockets and aiohttp do): an InvalidFrame, the loss reported at once
+(the client reconnects under its policy), a close frame with status 1009 (message too big)
+or 1002 (protocol error), and what still arrives dropped until the server closes, for
+``close_timeout`` at most. Skipped instead, a message that never ends would leave the
+connection up but deaf.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
-import struct
 import threading
 import time
 import urllib.parse
@@ -63,7 +70,20 @@ from .._framing import (
     logger,
     oversized_error,
 )
-from ._frames import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Oversized, ProtocolError, WsEvent
+from ._frames import (
+    CLOSE_REASONS,
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_TEXT,
+    STATUS_MESSAGE_TOO_BIG,
+    STATUS_PROTOCOL_ERROR,
+    FrameParser,
+    Oversized,
+    ProtocolError,
+    WsEvent,
+    close_frame_text,
+)
 from ._handshake import Deadline, HandshakeError, HandshakeRefused, Opened, open_websocket, why_not_upgraded
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
@@ -77,14 +97,6 @@ _READ_SIZE: Final = 65536
 
 # Exceptions that mean "this connection is broken" wherever they come from.
 _IO_ERRORS: Final = (websocket.WebSocketException, OSError)
-
-
-def _close_frame_text(data: bytes) -> str:
-    if len(data) < 2:
-        return "no status code"
-    code = struct.unpack("!H", data[:2])[0]
-    reason = data[2:].decode("utf-8", "replace")
-    return f"code {code}" + (f", reason {reason!r}" if reason else "")
 
 
 class WebSocketTransport(Transport):
@@ -102,8 +114,10 @@ class WebSocketTransport(Transport):
         heartbeat_interval: seconds between pings; ``None`` or 0 turns the heartbeat off.
         heartbeat_timeout: seconds to wait for any frame after a ping.
         sslopt: websocket-client TLS options; default: verify certificates.
-        max_frame_bytes: larger messages become an InvalidFrame.
-        close_timeout: seconds ``close()`` waits for the peer's closing handshake.
+        max_frame_bytes: a larger message becomes an InvalidFrame and fails the
+            connection (close status 1009); the client reconnects.
+        close_timeout: seconds ``close()`` waits for the peer's closing handshake (and a failed
+            connection for the server to close it).
         max_batch_frames: most frames handed to the sink in one call.
         auth: an :class:`~exmcp_actors.OAuth`: its bearer token goes on the
             upgrade request, and a 401/403 answer starts its flow (one retry per new token).
@@ -203,7 +217,10 @@ class _WsConnection:
         self.delivering = False
         self._stop = threading.Event()
         self._ping_due = threading.Event()
-        self._send_close_frame = False
+        #: The status of the close frame the writer sends on its way out (None: none), and
+        #: whether we failed the connection (RFC 6455 section 7.1.7).
+        self._close_status: int | None = None
+        self._failed = False
         self._finish_lock = threading.Lock()
         self._finished = False
         self.writer = QueueWriter(
@@ -216,6 +233,8 @@ class _WsConnection:
         #: The next ping or pong check, on the shared scheduler (its own lock, not _finish_lock,
         #: which _finish holds while it joins threads).
         self._heartbeat = TimerSlot()
+        #: The end of the wait for the server to close a connection we failed.
+        self._close_wait = TimerSlot()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -264,7 +283,8 @@ class _WsConnection:
         """Closing handshake (best effort, bounded), then tear everything down."""
         self.latch.close()
         self._stop.set()
-        self._send_close_frame = True
+        if self._close_status is None:
+            self._close_status = websocket.STATUS_NORMAL
         self.writer.stop()  # queued messages, then the close frame
         timeout = self.t.close_timeout
         deadline = time.monotonic() + timeout
@@ -299,6 +319,7 @@ class _WsConnection:
             self.writer.stop()
             join_thread(self.writer.thread, self.t.close_timeout, self.label)
             self._heartbeat.stop()
+            self._close_wait.stop()
             self.ws.shutdown()  # type: ignore[no-untyped-call]
 
     # -- threads -----------------------------------------------------------
@@ -321,9 +342,10 @@ class _WsConnection:
             self._abort()
 
     def _writer_exit(self) -> None:
-        if self._send_close_frame and self.latch.closed:
+        status = self._close_status
+        if status is not None:
             try:
-                self.ws.send_close(websocket.STATUS_NORMAL)
+                self.ws.send_close(status, CLOSE_REASONS.get(status, b""))
             except _IO_ERRORS as exc:
                 logger.debug("%s: could not send the close frame: %r", self.label, exc)
 
@@ -354,6 +376,8 @@ class _WsConnection:
                     end = self._handle(events)
                     if end is not None:
                         self._reader_lost(end)
+                        if self._failed:
+                            self._wait_for_the_peer_to_close(sock)
                         return
                 data = self._recv(sock)
                 if not data:
@@ -383,11 +407,32 @@ class _WsConnection:
                 # pong: liveness only, already counted in last_rx
             elif isinstance(event, Oversized):
                 batch.append(invalid_frame(oversized_error(event.size, max_bytes), event.preview))
+                end = self._fail(
+                    STATUS_MESSAGE_TOO_BIG, f"a message of more than max_frame_bytes={max_bytes} bytes arrived"
+                )
             elif isinstance(event, ProtocolError):
-                end = f"connection failed: protocol error: {event.reason}"
+                end = self._fail(STATUS_PROTOCOL_ERROR, f"protocol error: {event.reason}")
         if batch:
             self._deliver(batch)
         return end
+
+    def _fail(self, status: int, reason: str) -> str:
+        """Fail the connection (RFC 6455 section 7.1.7): the writer sends a close frame with
+        ``status`` after what is queued, and nothing more is parsed. Returns the loss's reason."""
+        self._stop.set()  # no more heartbeat
+        self._failed = True
+        if self._close_status is None:
+            self._close_status = status
+        self.writer.stop()
+        return f"connection failed: {reason}; closed it with status {status}"
+
+    def _wait_for_the_peer_to_close(self, sock: socket.socket) -> None:
+        """After failing the connection: drop what arrives until the server closes it, as a
+        client should (the websockets library waits the same way), within ``close_timeout``."""
+        self._close_wait.arm(self.t.close_timeout, self._abort)
+        with contextlib.suppress(OSError):
+            while self._recv(sock):
+                pass
 
     def _pong(self, payload: bytes) -> str | None:
         """Answer a ping (the send is locked against the writer's); the loss if that fails."""
@@ -408,12 +453,12 @@ class _WsConnection:
 
     def _peer_closed(self, payload: bytes) -> str:
         """Answer the peer's close frame (unless ours went first) and say why the link ended."""
-        if not self._send_close_frame:
+        if self._close_status is None:
             try:
                 self.ws.send_close(websocket.STATUS_NORMAL)
             except _IO_ERRORS as exc:
                 logger.debug("%s: could not answer the close frame: %r", self.label, exc)
-        return f"peer closed the connection ({_close_frame_text(payload)})"
+        return f"peer closed the connection ({close_frame_text(payload)})"
 
     def _reader_lost(self, what: str) -> None:
         if self.latch.active:
