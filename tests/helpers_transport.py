@@ -426,6 +426,29 @@ def hostile_tcp_peer(behave: Behaviour) -> Iterator[HostileTcpPeer]:
         peer.close()
 
 
+@contextlib.contextmanager
+def unanswered_port() -> Iterator[int]:
+    """A port on 127.0.0.1 where a TCP connect hangs: a listener that never accepts, its
+    backlog filled, so Linux drops the SYN of every new connection and the client retries."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    try:
+        yield port
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
 class RawWsPeer:
     """A hand-made WebSocket server for one connection, to misbehave exactly.
 
