@@ -1,14 +1,20 @@
 """Never stuck: every stage of a connect and a reconnect is bounded, through the whole client
-(actor, timers, refcount worker) against the scriptable FakeServer."""
+(actor, timers, refcount worker) against the scriptable FakeServer; and one deadline bounds
+the whole connect() whichever transport hangs, at whichever stage, against hostile peers."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import socket
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers_transport import hostile_tcp_peer, join_exmcp_threads, unanswered_port, upgrade_answer
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, FakeConnection, FakeServer
@@ -119,3 +125,78 @@ def test_slow_uris_on_resubscribe_do_not_hold_up_the_report_each_for_its_own_tim
         assert next_message(listener).params == {"uri": A}
     finally:
         client.disconnect()
+
+
+# -- one deadline for the whole connect(), whatever transport hangs where ----------------------
+
+T = 1.5
+#: What connect() may take past connect_timeout (it waits at most 0.5s for the teardown).
+MARGIN = 1.5
+
+
+def trickled_upgrade_answer(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nX-Slow: ")
+    while not stop.wait(0.05):
+        conn.sendall(b"a")
+
+
+def upgraded_then_silent(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+    conn.sendall(upgrade_answer(head))
+    stop.wait()  # never answers initialize, nor our close frame
+
+
+def accepted_then_silent(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+    stop.wait()
+
+
+IGNORES_SIGTERM = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)",
+]
+SILENT = [sys.executable, "-c", "import time; time.sleep(3600)"]
+
+
+@contextlib.contextmanager
+def target(case: str) -> Iterator[Any]:
+    """The transport of one hanging case (close_timeout and stop_timeout of 3s: teardowns
+    that once added themselves to connect())."""
+    if case.startswith("ws-tcp") or case.startswith("http-tcp"):
+        with unanswered_port() as port:
+            yield f"ws://127.0.0.1:{port}/mcp" if case.startswith("ws") else f"http://127.0.0.1:{port}/mcp"
+    elif case.startswith("ws"):
+        behave = trickled_upgrade_answer if case == "ws-trickled-upgrade-answer" else upgraded_then_silent
+        with hostile_tcp_peer(behave) as peer:
+            yield mcp.WebSocketTransport(f"ws://127.0.0.1:{peer.port}/mcp", heartbeat_interval=None, close_timeout=3.0)
+    elif case.startswith("http"):
+        with hostile_tcp_peer(accepted_then_silent) as peer:
+            yield f"http://127.0.0.1:{peer.port}/mcp"
+    else:
+        yield mcp.StdioTransport(IGNORES_SIGTERM if case == "stdio-ignores-sigterm" else SILENT, stop_timeout=3.0)
+
+
+HANGS = {
+    # case: (protocol, the stage the error names)
+    "ws-tcp-connect-never-answered": ("legacy", "open"),
+    "ws-trickled-upgrade-answer": ("legacy", "open"),
+    "ws-upgraded-then-silent": ("legacy", "initialize"),
+    "http-tcp-connect-never-answered": ("legacy", "initialize"),
+    "http-request-never-answered": ("auto", "discover"),
+    "stdio-silent": ("legacy", "initialize"),
+    "stdio-ignores-sigterm": ("auto", "discover"),
+}
+
+
+@pytest.mark.parametrize("case", HANGS)
+def test_connect_ends_by_connect_timeout_whatever_hangs(case: str) -> None:
+    protocol, stage = HANGS[case]
+    with target(case) as transport:
+        started = time.monotonic()
+        with pytest.raises(mcp.ConnectError) as caught:
+            mcp.connect(transport, protocol=protocol, connect_timeout=T, probe_timeout=WAIT)
+        elapsed = time.monotonic() - started
+        # What connect() left to finish in the background ends too, within its own bounds.
+        assert join_exmcp_threads() == []
+    assert elapsed < T + MARGIN, f"{case}: connect() took {elapsed:.1f}s with connect_timeout={T}"
+    assert caught.value.reason == ("timeout", stage)
+    assert str(caught.value).startswith(f"gave up after {T:.1f}s waiting for ")

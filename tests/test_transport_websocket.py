@@ -24,6 +24,7 @@ from helpers_transport import (
     send_from_four_threads_and_check_order,
     ws_server,
 )
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 from websockets.typing import Subprotocol
 
@@ -216,7 +217,9 @@ def test_a_fragmented_message_is_reassembled(make: MakeTransport, raw_peer: RawW
     )  # websocket-client answered the ping
 
 
-def test_an_oversized_frame_becomes_an_invalid_frame(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+def test_an_oversized_frame_becomes_an_invalid_frame_and_fails_the_connection_with_1009(
+    make: MakeTransport, raw_peer: RawWsPeer
+) -> None:
     _, sink = opened(make, raw_peer.url, heartbeat_interval=None, max_frame_bytes=1000)
 
     raw_peer.send_frames(
@@ -224,11 +227,13 @@ def test_an_oversized_frame_becomes_an_invalid_frame(make: MakeTransport, raw_pe
         raw_peer.frame(TEXT, b'{"after":1}'),
     )
 
-    frames = sink.wait_frames(2)
-    assert isinstance(frames[0], InvalidFrame)
-    assert "oversized" in frames[0].error
-    assert len(frames[0].raw) <= 200
-    assert frames[1] == {"after": 1}
+    reason = sink.wait_lost()
+    assert "max_frame_bytes=1000" in reason and "closed it with status 1009" in reason, reason
+    [bad] = sink.frames  # nothing after it
+    assert isinstance(bad, InvalidFrame)
+    assert "oversized" in bad.error
+    assert len(bad.raw) <= 200
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1009) + b"message too big")
 
 
 # -- losses --------------------------------------------------------------------
@@ -589,29 +594,35 @@ def test_a_burst_of_mixed_sizes_arrives_complete_and_in_order(make: MakeTranspor
         assert sink.wait_frames(300) == [json.loads(m) for m in messages]
 
 
-def test_an_oversized_message_from_a_real_server_is_skipped_and_the_next_one_kept(
+def test_an_oversized_message_from_a_real_server_fails_the_connection_and_the_server_sees_1009(
     make: MakeTransport,
 ) -> None:
+    received: list[int | None] = []
+    closed = threading.Event()
+
     def handler(conn: ServerConnection) -> None:
         conn.recv()
-        conn.send(json.dumps({"big": "x" * 200_000}))
+        conn.send(json.dumps({"small": 1}))
         conn.send(['{"frag":"', "y" * 600, "z" * 600, '"}'])
-        conn.send('{"after":1}')
-        echo_handler(conn)
+        with contextlib.suppress(ConnectionClosed):
+            conn.send('{"after":1}')
+            conn.recv()
+        received.append(conn.close_code)
+        closed.set()
 
     with ws_server(handler) as (url, _):
         transport, sink = opened(make, url, max_frame_bytes=1000)
         transport.send({"go": True})
 
-        frames = sink.wait_frames(3)
-        for bad, size in zip(frames[:2], (200_011, 1211), strict=True):
-            assert isinstance(bad, InvalidFrame)
-            assert f"oversized frame: {size} bytes" in bad.error
-            assert 0 < len(bad.raw) <= 200
-        assert frames[2] == {"after": 1}
-
-        transport.send({"still": "open"})
-        assert sink.wait_frames(4)[3] == {"still": "open"}
+        reason = sink.wait_lost()
+        assert "closed it with status 1009" in reason, reason
+        assert sink.frames[0] == {"small": 1}
+        [bad] = sink.frames[1:]
+        assert isinstance(bad, InvalidFrame)
+        assert "oversized frame: 1209 bytes" in bad.error  # announced when the limit was passed
+        assert 0 < len(bad.raw) <= 200
+        assert closed.wait(WAIT)
+        assert received == [1009]
 
 
 def test_a_protocol_error_from_the_server_is_a_loss(make: MakeTransport, raw_peer: RawWsPeer) -> None:
@@ -621,6 +632,7 @@ def test_a_protocol_error_from_the_server_is_a_loss(make: MakeTransport, raw_pee
 
     assert "protocol error: masked frame" in sink.wait_lost()
     assert sink.frames == [{"ok": 1}]
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1002) + b"protocol error")
     assert join_exmcp_threads() == []
 
 

@@ -22,7 +22,7 @@ from ._listeners import Listeners
 from ._peer_text import peer_text
 from ._pending import PendingTable
 from ._registry import Registry
-from ._stages import StageClock
+from ._stages import StageClock, timeout_error
 from ._state import ConnectionState, EntryState, Move, Phase, Stage
 from ._subscriptions import Subscriptions
 
@@ -121,8 +121,14 @@ class Lifecycle:
         self._run_handshake(self.handshake.start())
 
     def open_failed(self, message: ev.OpenFailed) -> None:
-        if self._current(message.generation):
-            self._attempt_failed(message.error)
+        if not self._current(message.generation):
+            return
+        if message.out_of_time:
+            # The same failure as the stage's own timer, whichever comes first: named alike.
+            logger.info("%s: the transport did not open in time: %s", self.name, message.error)
+            self._attempt_failed(timeout_error(Stage.OPEN, self.config.stage_timeout))
+            return
+        self._attempt_failed(message.error)
 
     def _attempt_failed(self, error: BaseException | Any) -> None:
         # What the host sees in ("reconnect_exhausted", last_error): the error's own words, which

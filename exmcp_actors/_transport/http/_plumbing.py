@@ -6,6 +6,9 @@ does not wake a thread blocked in ``recv()`` (measured on Linux). So the
 client is built on a connection pool whose network backend records every
 socket and which thread last used it; ``cancel_stream`` and ``close`` shut
 those sockets down (``shutdown(SHUT_RDWR)``), which does wake the reader.
+Sockets still connecting are recorded too (the backend makes its own TCP
+connections): on Linux a shutdown wakes a blocked ``connect()`` as well, so
+``close`` never waits out a connect timeout for a server that does not answer.
 Consequence: environment proxy settings (``HTTP_PROXY``...) are not used.
 """
 
@@ -21,6 +24,7 @@ from typing import Any
 
 import httpcore
 import httpx
+from httpcore._backends.sync import SyncStream  # httpcore's own stream over a plain socket
 
 from ._config import Config
 
@@ -88,6 +92,10 @@ class TrackingBackend(httpcore.NetworkBackend):
         self._inner = httpcore.SyncBackend()
         self._lock = threading.Lock()
         self._live: set[AbortableStream] = set()
+        #: Sockets in ``connect()``: a close must be able to wake those too; once aborted, no
+        #: new connection starts (a host name's next address is not tried either).
+        self._connecting: set[socket.socket] = set()
+        self._aborted = False
         #: thread id -> the stream that thread last read or wrote.
         self.current: dict[int, AbortableStream] = {}
 
@@ -111,9 +119,16 @@ class TrackingBackend(httpcore.NetworkBackend):
 
     def abort_all(self) -> None:
         with self._lock:
+            self._aborted = True
             streams = list(self._live)
+            connecting = list(self._connecting)
         for stream in streams:
             stream.abort()
+        for sock in connecting:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def connect_tcp(
         self,
@@ -123,7 +138,40 @@ class TrackingBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        return self.track(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+        """httpcore's ``SyncBackend.connect_tcp`` (``socket.create_connection``), with each
+        socket recorded while it connects."""
+        source = None if local_address is None else (local_address, 0)
+        try:
+            addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except OSError as exc:  # the name does not resolve
+            raise httpcore.ConnectError(str(exc)) from exc
+        error: OSError | None = None
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            with self._lock:
+                if self._aborted:
+                    sock.close()
+                    raise httpcore.ConnectError("the transport is closing")
+                self._connecting.add(sock)
+            try:
+                sock.settimeout(timeout)
+                if source is not None:
+                    sock.bind(source)
+                sock.connect(address)
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:
+                sock.close()
+                if isinstance(exc, TimeoutError):
+                    raise httpcore.ConnectTimeout(str(exc)) from exc
+                error = exc
+                continue
+            finally:
+                with self._lock:
+                    self._connecting.discard(sock)
+            return self.track(SyncStream(sock))
+        raise httpcore.ConnectError(str(error) if error else f"{host} has no address to connect to") from error
 
     def connect_unix_socket(
         self,

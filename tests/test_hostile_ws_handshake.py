@@ -1,0 +1,252 @@
+"""A hostile WebSocket server's handshake answer gets a bounded cost: at most 8,192 bytes a
+line and 128 headers (the websockets library's limits), no more time than ``open()`` was
+given (and no reading after it), a refusal's body unread; and no cookie it sets ever goes
+anywhere (no jar: not to another server, nor back to it)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers_transport import (
+    WAIT,
+    HostileTcpPeer,
+    RecordingSink,
+    hostile_tcp_peer,
+    join_exmcp_threads,
+    upgrade_answer,
+)
+
+from exmcp_actors._protocol._errors import TransportError
+from exmcp_actors._transport.websocket._connection import WebSocketTransport
+
+
+@pytest.fixture(autouse=True)
+def no_transport_thread_left() -> Iterator[None]:
+    yield
+    assert join_exmcp_threads() == []
+
+
+def open_transport(peer: HostileTcpPeer, timeout: float = WAIT, host: str = "127.0.0.1", **kwargs: Any) -> None:
+    """Open (and close again) a transport to ``peer``; raises what ``open`` raises."""
+    kwargs.setdefault("close_timeout", 0.1)  # the peer never answers a close frame
+    transport = WebSocketTransport(f"ws://{host}:{peer.port}/mcp", heartbeat_interval=None, **kwargs)
+    try:
+        transport.open(RecordingSink(), timeout=timeout)
+    finally:
+        transport.close()
+
+
+def answer_then_hold(answer: bytes) -> Any:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(answer)
+        stop.wait()
+
+    return behave
+
+
+# -- bounds on the head ------------------------------------------------------------------
+
+
+def test_a_handshake_line_longer_than_8192_bytes_is_refused() -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, "X-Long: " + "a" * 9000))
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError) as info:
+        open_transport(peer)
+
+    assert "a line longer than 8192 bytes" in str(info.value)
+
+
+def test_a_handshake_line_of_8192_bytes_is_taken() -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, "X-Long: " + "a" * (8192 - len("X-Long: "))))
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer:
+        open_transport(peer)
+
+
+def test_a_handshake_answer_with_more_than_128_headers_is_refused() -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, *(f"X-{i}: v" for i in range(130))))
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError) as info:
+        open_transport(peer)
+
+    assert "more than 128 headers" in str(info.value)
+
+
+def test_a_megabyte_head_costs_kilobytes_not_megabytes() -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nX-Big: ")
+        with contextlib.suppress(OSError):
+            for _ in range(16):  # 1 MiB, then the end of the head
+                conn.sendall(b"a" * 65536)
+            conn.sendall(b"\r\n\r\n")
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer:
+        tracemalloc.start()
+        try:
+            with pytest.raises(TransportError, match="longer than 8192 bytes"):
+                open_transport(peer)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+
+    assert peak < 256 * 1024, f"reading the head peaked at {peak} bytes"
+
+
+def test_a_trickled_head_ends_open_by_its_deadline_and_nothing_reads_on() -> None:
+    trickling_ended = threading.Event()
+    timeout = 1.0
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        try:
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nX-Slow: ")
+            while not stop.wait(0.02):
+                conn.sendall(b"a")  # fails once the client closed the socket
+        except OSError:
+            trickling_ended.set()
+
+    outcome: list[BaseException | None] = []
+    with hostile_tcp_peer(behave) as peer:
+
+        def attempt() -> None:
+            try:
+                open_transport(peer, timeout=timeout)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        started = time.monotonic()
+        thread = threading.Thread(target=attempt, name="test-open", daemon=True)
+        thread.start()
+        thread.join(WAIT)
+        elapsed = time.monotonic() - started
+        assert not thread.is_alive(), f"open(timeout={timeout}) still reading after {WAIT}s"
+        assert trickling_ended.wait(WAIT), "the client kept the socket open after open() gave up"
+
+    assert elapsed < timeout + 1.0, f"open(timeout={timeout}) took {elapsed:.1f}s"
+    [error] = outcome
+    assert isinstance(error, TransportError)
+    assert "gave up after 1.0s waiting for the server's answer to the WebSocket upgrade" in str(error)
+
+
+def test_a_refusals_body_is_never_read() -> None:
+    sent = threading.Event()
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 1000000000\r\n\r\nslow body")
+        sent.set()
+        stop.wait()  # the rest of the body never comes
+
+    started = time.monotonic()
+    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError) as info:
+        open_transport(peer, timeout=WAIT)
+
+    assert time.monotonic() - started < WAIT / 2
+    assert "refused the WebSocket handshake with HTTP 503 Busy" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        (("Sec-WebSocket-Extensions: permessage-deflate",), "extension"),
+        (("X-Bad Name: v",), "malformed header line"),
+    ],
+)
+def test_an_answer_breaking_the_upgrade_is_refused(extra: tuple[str, ...], error: str) -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, *extra))
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError, match=error):
+        open_transport(peer)
+
+
+def test_a_wrong_accept_key_is_refused() -> None:
+    with (
+        hostile_tcp_peer(
+            answer_then_hold(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: bm90IHRoZSBrZXk=\r\nSec-WebSocket-Protocol: mcp\r\n\r\n"
+            )
+        ) as peer,
+        pytest.raises(TransportError, match="Sec-WebSocket-Accept does not match"),
+    ):
+        open_transport(peer)
+
+
+def test_control_characters_of_the_servers_reason_are_escaped() -> None:
+    with (
+        hostile_tcp_peer(answer_then_hold(b"HTTP/1.1 500 \x1b[2Jgone\r\n\r\n")) as peer,
+        pytest.raises(TransportError) as info,
+    ):
+        open_transport(peer)
+
+    assert "\x1b" not in str(info.value) and "\\x1b[2Jgone" in str(info.value)
+
+
+# -- cookies -------------------------------------------------------------------------------
+
+
+def planting(domain: str) -> Any:
+    """A server whose upgrade answer sets a cookie for ``domain``."""
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, f"Set-Cookie: planted=s3cr3t; Domain={domain}; Path=/"))
+        stop.wait()
+
+    return behave
+
+
+def cookie_lines(head: bytes) -> list[bytes]:
+    return [line for line in head.split(b"\r\n") if line.lower().startswith(b"cookie:")]
+
+
+@pytest.fixture
+def victim_resolves_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``victim.example`` is a name of 127.0.0.1, in this process only."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        return real("127.0.0.1" if host == "victim.example" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.parametrize(("domain", "victim_host"), [("127.0.0.1", "127.0.0.1"), ("victim.example", "victim.example")])
+@pytest.mark.usefixtures("victim_resolves_to_loopback")
+def test_a_cookie_one_server_sets_never_reaches_another(domain: str, victim_host: str) -> None:
+    with hostile_tcp_peer(planting(domain)) as planter, hostile_tcp_peer(answer_then_hold(b"")) as victim:
+        open_transport(planter)
+        with contextlib.suppress(TransportError):  # the victim never answers: only its request matters
+            open_transport(victim, timeout=0.5, host=victim_host)
+
+        assert victim.heads, "the victim saw no request"
+        assert cookie_lines(victim.heads[0]) == []
+
+
+def test_a_cookie_a_server_sets_is_not_sent_back_to_it_either() -> None:
+    with hostile_tcp_peer(planting("127.0.0.1")) as server:
+        open_transport(server)
+        open_transport(server)
+
+    assert [cookie_lines(head) for head in server.heads] == [[], []]
+
+
+def test_the_hosts_own_cookie_header_goes_to_its_server() -> None:
+    with hostile_tcp_peer(planting("127.0.0.1")) as server:
+        open_transport(server, headers={"Cookie": "mine=1"})
+
+    assert cookie_lines(server.heads[0]) == [b"Cookie: mine=1"]
