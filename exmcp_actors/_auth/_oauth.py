@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from .._protocol._peer_text import peer_text
 from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
 from ._callback import authorization_code
@@ -313,6 +314,9 @@ class OAuth:
             "grant_types": ["authorization_code", "refresh_token"] if interactive else [self.grant],
             "response_types": ["code"] if interactive else [],
             "token_endpoint_auth_method": method,
+            # MCP authorization (2026-07-28) asks for one: OIDC servers take its absence
+            # for "web", whose rules refuse a loopback redirect URI.
+            "application_type": "native",
         }
         if scope:
             body["scope"] = scope
@@ -320,9 +324,12 @@ class OAuth:
             answer = exchange(http, "POST", endpoint, json=body)
         except httpx.HTTPError as exc:
             raise AuthError(f"client registration at {shown(endpoint)} failed: {type(exc).__name__}") from exc
-        info = answer.json() if answer.status in (200, 201) else None
-        if not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
-            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}")
+        info = answer.json()
+        if answer.status not in (200, 201) or not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
+            # RFC 7591 section 3.2.2: a refusal's ``error`` says why (invalid_redirect_uri...).
+            error = info.get("error") if isinstance(info, dict) and answer.status >= 400 else None
+            why = f": {peer_text(error, 100)}" if isinstance(error, str) else ""
+            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}{why}")
         secret = info.get("client_secret") if isinstance(info.get("client_secret"), str) else None
         given = info.get("token_endpoint_auth_method")
         chosen = given if isinstance(given, str) else method
