@@ -9,13 +9,18 @@ ASCII digits is a reconnection time, however long).
 from __future__ import annotations
 
 import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from raw_http import WAIT
 
 import exmcp_actors as mcp
+from exmcp_actors._auth import _browser
 from tests.hostile_as import HostileAS
 from tests.test_auth_hostile_as import run_flow
 
@@ -49,3 +54,51 @@ def test_a_refused_registration_says_the_servers_error_code_escaped(error: str, 
         assert run_flow(auth, peer)[0] is False
     assert auth.last_error is not None and "answered HTTP 400" in auth.last_error and shown in auth.last_error
     assert not any(c in auth.last_error for c in "\x1b\x07\r\n")
+
+
+# -- the redirect's state (RFC 6749 section 10.12, MCP: discard a mismatched result) -----------
+
+
+@pytest.fixture
+def browser_after_a_forger(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """``webbrowser.open`` as a browser does, but a local process calls the loopback redirect
+    first, with forged callbacks; the statuses the forger got are yielded."""
+    forged: list[int] = []
+    threads: list[threading.Thread] = []
+
+    def get(url: str) -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=WAIT) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as refused:
+            return refused.code
+        except urllib.error.URLError:
+            return 0  # the listener was gone
+
+    def browser(url: str) -> bool:
+        query = parse_qs(urlsplit(url).query)
+        redirect, state = query["redirect_uri"][0], query["state"][0]
+        for attempt in ({"code": "evil"}, {"code": "evil", "state": "guess"}, {"code": "evil", "state": state * 2}):
+            forged.append(get(f"{redirect}?{urlencode(attempt)}"))
+        approved = f"{redirect}?{urlencode({'code': 'code-1', 'state': state})}"
+        thread = threading.Thread(target=get, args=(approved,), name="test-browser")
+        threads.append(thread)
+        thread.start()
+        return True
+
+    monkeypatch.setattr(_browser.webbrowser, "open", browser)
+    yield forged
+    for thread in threads:
+        thread.join(WAIT)
+
+
+def test_a_forged_callback_without_the_requests_state_is_discarded_and_the_real_one_still_taken(
+    browser_after_a_forger: list[int],
+) -> None:
+    with HostileAS() as peer:
+        auth = mcp.OAuth(authorize_timeout=WAIT, timeout=WAIT)
+        answer, _ = run_flow(auth, peer, within=WAIT + 5)
+        redeemed = [r.form().get("code") for r in peer.requests if urlsplit(r.path).path == "/token"]
+    assert (answer, auth.last_error) == (True, None)
+    assert browser_after_a_forger == [400, 400, 400]
+    assert redeemed == ["code-1"]  # the forged code went to no token endpoint

@@ -1,6 +1,8 @@
 """The default ``on_authorize``: open the system browser on the
 authorization URL and wait, bounded, for the authorization server's redirect
-to the loopback listener (RFC 8252 section 7.3)."""
+to the loopback listener (RFC 8252 section 7.3). Only a redirect with the
+request's ``state`` ends the wait (RFC 6749 section 10.12): any local process
+can call the listener, and a forged callback must not end the flow."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .._protocol._ratelog import RateLimitedLog
 from .._util._redact import redact_url
+from ._callback import carries_state
 from ._errors import AuthError
 
 __all__ = ["LoopbackListener", "loopback_redirect"]
@@ -65,12 +68,14 @@ class LoopbackListener:
     Any local process can connect to it, so none can hold it: each connection is served on
     its own thread, has :data:`_HEAD_SECONDS` to send a head of at most
     :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once new ones are closed
-    unanswered. :meth:`close` (at the end of :meth:`wait`, whatever is connected) shuts every
-    connection down.
+    unanswered. A request to the path without the authorization request's ``state`` is
+    answered 400 and discarded: the wait goes on for the browser's. :meth:`close` (at the end
+    of :meth:`wait`, whatever is connected) shuts every connection down.
     """
 
-    def __init__(self, redirect_uri: str) -> None:
+    def __init__(self, redirect_uri: str, state: str) -> None:
         host, port, self._path = loopback_redirect(redirect_uri)
+        self._state = state
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family)
         self.port: int = self._sock.getsockname()[1]
@@ -154,6 +159,9 @@ class LoopbackListener:
                 _answer(conn, "405 Method Not Allowed", b"")
             elif urlsplit(target).path != self._path:
                 _answer(conn, "404 Not Found", b"")
+            elif not carries_state(target, self._state):
+                _log.warning("callback-state", "the loopback callback listener discarded a request without the state")
+                _answer(conn, "400 Bad Request", b"")
             else:
                 with self._lock:
                     first = self._result is None

@@ -376,18 +376,18 @@ class OAuth:
             resource=found.resource,
         )
         # Checked before the code goes to any token endpoint (RFC 9207 section 2.4).
-        code = authorization_code(self._authorize(url, redirect), state, found.metadata)
+        code = authorization_code(self._authorize(url, redirect, state), state, found.metadata)
         params = {"code": code, "redirect_uri": redirect, "code_verifier": verifier, "resource": found.resource}
         return self._token(identity, found.issuer, token_endpoint, "authorization_code", params)
 
-    def _authorize(self, url: str, redirect: str) -> str:
+    def _authorize(self, url: str, redirect: str, state: str) -> str:
         require_secure(url, "the authorization request")
         if self._on_authorize is not None:
             try:
                 return str(self._on_authorize(url))
             except Exception as exc:
                 raise AuthError(f"on_authorize failed: {type(exc).__name__}") from exc
-        listener = LoopbackListener(redirect)
+        listener = LoopbackListener(redirect, state)
         open_browser(url)
         return listener.wait(redirect, self.authorize_timeout)
 
