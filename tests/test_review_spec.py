@@ -13,16 +13,20 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-from raw_http import WAIT
+from raw_http import WAIT, Exchange, RawHttp, legacy_basics, rpc_result
 
 import exmcp_actors as mcp
 from exmcp_actors._auth import _browser
+from exmcp_actors._transport.http._resume import GetStreams
+from exmcp_actors._transport.http._sse import SSEParser
 from tests.hostile_as import HostileAS
 from tests.test_auth_hostile_as import run_flow
+from tests.test_hostile_http import http_config
 
 # -- dynamic client registration (MCP authorization 2026-07-28) --------------------------------
 
@@ -102,3 +106,41 @@ def test_a_forged_callback_without_the_requests_state_is_discarded_and_the_real_
     assert (answer, auth.last_error) == (True, None)
     assert browser_after_a_forger == [400, 400, 400]
     assert redeemed == ["code-1"]  # the forged code went to no token endpoint
+
+
+# -- the SSE retry field (HTML Living Standard, event stream interpretation) ---------------------
+
+
+def test_a_retry_of_more_digits_than_python_converts_is_the_longest_wait_not_a_broken_stream() -> None:
+    # "If the field value consists of only ASCII digits, then interpret the field value as an
+    # integer in base ten": Python refuses to convert more than 4,300 digits at once.
+    parser = SSEParser(1 << 20)
+    events = parser.feed(b"retry: " + b"9" * 5000 + b"\ndata: {}\n\n")
+    assert [event.data for event in events] == [b"{}"] and parser.violation is None
+    assert parser.retry_ms is not None and parser.retry_ms >= 10**9
+    streams = GetStreams(http_config(max_retry_delay=30.0), None, None, None)  # type: ignore[arg-type]
+    assert streams.retry_delay(parser) == 30.0
+    parser.feed(b"retry: " + b"0" * 5000 + b"2500\n\n")  # leading zeros are no part of the number
+    assert parser.retry_ms == 2500
+
+
+def test_a_response_after_a_retry_of_thousands_of_digits_still_answers_its_request() -> None:
+    def answer(exchange: Exchange) -> bool:
+        if legacy_basics(exchange):
+            return True
+        if exchange.method == "GET":
+            exchange.whole("405 Method Not Allowed")
+            return True
+        exchange.start_sse()
+        result = rpc_result(exchange.body["id"], {"tools": []})
+        exchange.chunk(b"retry: " + b"7" * 5000 + b"\n\ndata: " + result + b"\n\n")
+        exchange.end_chunks()
+        return True
+
+    with RawHttp(answer) as server:
+        client = mcp.connect(mcp.HttpTransport(server.url), protocol="legacy", reconnect=False)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                assert pool.submit(client.request, "tools/list", timeout=WAIT).result(WAIT) == {"tools": []}
+        finally:
+            client.disconnect()
