@@ -2,13 +2,16 @@
 on 127.0.0.1: MCP authorization 2026-07-28 (dynamic registration names an
 ``application_type``, a refused registration says why), RFC 6749 section 10.12 with the MCP
 rule to discard a redirect without the request's ``state`` (a local process cannot end the
-flow with a forged callback), and the HTML Living Standard's ``retry`` field (any run of
-ASCII digits is a reconnection time, however long).
+flow with a forged callback), the HTML Living Standard's ``retry`` field (any run of
+ASCII digits is a reconnection time, however long), and the MCP rule that a client's
+redirect URIs are registered (a stored registration is used with the loopback redirect it
+registered, against the SDK's server, which matches redirect URIs exactly).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -25,6 +28,8 @@ from exmcp_actors._auth import _browser
 from exmcp_actors._transport.http._resume import GetStreams
 from exmcp_actors._transport.http._sse import SSEParser
 from tests.hostile_as import HostileAS
+from tests.peers.auth_server import AuthPeer
+from tests.test_auth import follow
 from tests.test_auth_hostile_as import run_flow
 from tests.test_hostile_http import http_config
 
@@ -144,3 +149,65 @@ def test_a_response_after_a_retry_of_thousands_of_digits_still_answers_its_reque
                 assert pool.submit(client.request, "tools/list", timeout=WAIT).result(WAIT) == {"tools": []}
         finally:
             client.disconnect()
+
+
+# -- the registered redirect URI (MCP: redirect URIs registered, matched exactly; RFC 8252 7.3) --
+
+
+def _run_without_tokens(sdk: AuthPeer, storage: mcp.MemoryTokenStorage) -> mcp.OAuth:
+    """A new run (a new ``OAuth``) on the stored registration, its tokens gone (revoked, or
+    the refresh token expired): it must authorize again, in the browser."""
+    [key] = storage._records
+    record = storage.load(key)
+    assert record is not None
+    record.pop("tokens")
+    storage.save(key, record)
+    auth = mcp.OAuth(on_authorize=follow, storage=storage, timeout=WAIT)
+    with mcp.connect(sdk.url, auth=auth, reconnect=False) as client:
+        client.list_tools()
+    return auth
+
+
+@pytest.fixture
+def registered() -> Iterator[tuple[AuthPeer, mcp.MemoryTokenStorage, str]]:
+    """The SDK's authorization server (it matches redirect URIs exactly), a storage holding
+    the registration a first run made, and the redirect URI it registered."""
+    with AuthPeer() as sdk:
+        storage = mcp.MemoryTokenStorage()
+        first = mcp.OAuth(on_authorize=follow, storage=storage, timeout=WAIT)
+        with mcp.connect(sdk.url, auth=first, reconnect=False) as client:
+            client.list_tools()
+        yield sdk, storage, first._redirect()
+
+
+def test_a_stored_registration_is_used_with_the_redirect_uri_it_registered(
+    registered: tuple[AuthPeer, mcp.MemoryTokenStorage, str],
+) -> None:
+    sdk, storage, redirect = registered
+    later = _run_without_tokens(sdk, storage)
+    assert later._redirect() == redirect
+    assert len(sdk.provider.clients) == 1 and [grant for grant, _ in sdk.provider.issued] == ["code", "code"]
+
+
+def test_a_stored_registration_whose_loopback_port_is_taken_now_is_replaced_by_a_new_one(
+    registered: tuple[AuthPeer, mcp.MemoryTokenStorage, str],
+) -> None:
+    sdk, storage, redirect = registered
+    port = urlsplit(redirect).port
+    assert port is not None
+    with socket.create_server(("127.0.0.1", port)):  # another program holds the port now
+        later = _run_without_tokens(sdk, storage)
+    assert later._redirect() != redirect and len(sdk.provider.clients) == 2
+
+
+def test_a_stored_registration_that_does_not_say_its_redirect_uri_is_replaced_by_a_new_one(
+    registered: tuple[AuthPeer, mcp.MemoryTokenStorage, str],
+) -> None:
+    sdk, storage, _ = registered
+    [key] = storage._records
+    record = storage.load(key)
+    assert record is not None
+    record["client"].pop("redirect_uri", None)  # as an earlier version stored it
+    storage.save(key, record)
+    _run_without_tokens(sdk, storage)
+    assert len(sdk.provider.clients) == 2

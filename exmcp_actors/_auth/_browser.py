@@ -7,13 +7,14 @@ can call the listener, and a forged callback must not end the flow."""
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import sys
 import threading
 import time
 import webbrowser
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from .._protocol._ratelog import RateLimitedLog
@@ -21,7 +22,7 @@ from .._util._redact import redact_url
 from ._callback import carries_state
 from ._errors import AuthError
 
-__all__ = ["LoopbackListener", "loopback_redirect"]
+__all__ = ["LoopbackListener", "free_port", "loopback_redirect", "open_browser", "reusable_redirect"]
 
 logger = logging.getLogger("exmcp_actors.auth")
 
@@ -51,6 +52,41 @@ def loopback_redirect(redirect_uri: str) -> tuple[str, int, str]:
             f"redirect_uri must be an http:// loopback URI (127.0.0.1, localhost or [::1]), got {redirect_uri!r}"
         )
     return host, parts.port or 0, parts.path or "/"
+
+
+def reusable_redirect(registered: Any, wanted: str) -> str | None:
+    """``registered``, the redirect URI a stored registration registered, when a flow whose
+    ``redirect_uri`` is ``wanted`` can use it now; else None (the client registers anew).
+
+    MCP authorization: a client MUST have its redirect URIs registered, and servers match
+    them exactly. A port-0 ``wanted`` takes the registered port when it is free, so a
+    registration outlives the object that made it; another port fixed, the port taken by
+    another program, or nothing recorded (an earlier version's record) is no match.
+    """
+    if not isinstance(registered, str):
+        return None
+    try:
+        host, port, path = loopback_redirect(registered)
+    except ValueError:
+        return None
+    wanted_host, wanted_port, wanted_path = loopback_redirect(wanted)
+    if (host, path) != (wanted_host, wanted_path) or wanted_port not in (0, port):
+        return None
+    if wanted_port == 0 and not _port_free(host, port):
+        return None
+    return registered
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        if os.name == "posix":  # as the listener binds: a closed flow's TIME_WAIT is no owner
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def free_port(host: str) -> int:

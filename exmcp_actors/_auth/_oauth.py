@@ -30,7 +30,7 @@ import httpx
 
 from .._protocol._peer_text import peer_text
 from ._binding import bound_record, pre_registered_issuer
-from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
+from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser, reusable_redirect
 from ._callback import authorization_code
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
 from ._fetch import exchange, oauth_client, require_secure, shown
@@ -62,7 +62,8 @@ class OAuth:
     Args:
         client_name: the name registered with the authorization server.
         redirect_uri: loopback redirect URI; port 0 picks a free port (fixed
-            for this object's life, so a registration stays valid).
+            for this object's life, so a registration stays valid), or the
+            port a stored registration registered, when it is free.
         scopes: scopes to request; None: what the server asks for
             (``WWW-Authenticate``, else its ``scopes_supported``, else none).
         client_id: a pre-registered client id (skips registration).
@@ -293,9 +294,12 @@ class OAuth:
                 self.client_id, self._client_secret, method, self._private_key_pem, self.signing_algorithm
             )
         saved = record.get("client")  # the record is this issuer's (bound_record saw to it)
-        if isinstance(saved, dict) and saved.get("client_id"):
+        if isinstance(saved, dict) and saved.get("client_id") and self._registered_redirect_usable(saved):
             return ClientIdentity(
-                saved["client_id"], saved.get("client_secret"), saved.get("token_endpoint_auth_method") or "none"
+                saved["client_id"],
+                saved.get("client_secret"),
+                saved.get("token_endpoint_auth_method") or "none",
+                redirect_uri=saved.get("redirect_uri"),
             )
         if self.client_metadata_url and found.metadata.get("client_id_metadata_document_supported") is True:
             return ClientIdentity(self.client_metadata_url, None, "none")
@@ -304,13 +308,25 @@ class OAuth:
             raise AuthError("no client_id was given and the authorization server offers no client registration")
         return self._register(http, registration, supported, scope)
 
+    def _registered_redirect_usable(self, saved: dict[str, Any]) -> bool:
+        """Whether this flow can use the redirect URI a stored registration registered (see
+        :func:`reusable_redirect`); on True, the flow uses it."""
+        if self.grant != "authorization_code":
+            return True  # no redirect in the grant
+        registered = saved.get("redirect_uri")
+        if self._frozen_redirect is not None:
+            return registered == self._frozen_redirect
+        self._frozen_redirect = reusable_redirect(registered, self.redirect_uri)
+        return self._frozen_redirect is not None
+
     def _register(self, http: httpx.Client, endpoint: str, supported: Any, scope: str | None) -> ClientIdentity:
         methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
         method = next((m for m in ("client_secret_basic", "client_secret_post", "none") if m in methods), "none")
         interactive = self.grant == "authorization_code"
+        redirect = self._redirect() if interactive else None
         body: dict[str, Any] = {
             "client_name": self.client_name,
-            "redirect_uris": [self._redirect()] if interactive else [],
+            "redirect_uris": [redirect] if redirect else [],
             "grant_types": ["authorization_code", "refresh_token"] if interactive else [self.grant],
             "response_types": ["code"] if interactive else [],
             "token_endpoint_auth_method": method,
@@ -337,7 +353,7 @@ class OAuth:
             chosen = "none"
         elif chosen == "none":
             chosen = "client_secret_basic"
-        return ClientIdentity(info["client_id"], secret, chosen)
+        return ClientIdentity(info["client_id"], secret, chosen, redirect_uri=redirect)
 
     def _grant(self, key: str, found: Discovery, identity: ClientIdentity, scope: str | None) -> dict[str, Any]:
         token_endpoint = found.endpoint("token_endpoint")
