@@ -211,3 +211,23 @@ def test_a_stored_registration_that_does_not_say_its_redirect_uri_is_replaced_by
     storage.save(key, record)
     _run_without_tokens(sdk, storage)
     assert len(sdk.provider.clients) == 2
+
+
+# -- a step-up asks for what the challenge names (MCP: the challenge's scopes are authoritative) --
+
+
+def test_a_step_up_asks_for_the_challenged_scopes_also_when_the_host_chose_scopes() -> None:
+    # "Clients MUST treat the scopes provided in the challenge as authoritative for the current
+    # operation"; the step-up asks the union of what was asked before and what is challenged.
+    with HostileAS() as peer:
+        asked: list[str] = []
+
+        def approve(url: str) -> str:
+            asked.append(parse_qs(urlsplit(url).query).get("scope", [""])[0])
+            return peer.approve(url)
+
+        auth = mcp.OAuth(scopes=["files:read"], on_authorize=approve, timeout=WAIT)
+        assert run_flow(auth, peer)[0] is True
+        refused = 'Bearer error="insufficient_scope", scope="files:write"'
+        assert auth.challenge(peer.server_url, 403, refused, auth.bearer(peer.server_url)) is True
+    assert asked == ["files:read", "files:read files:write"]

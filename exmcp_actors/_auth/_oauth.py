@@ -258,16 +258,18 @@ class OAuth:
     def _scope(
         self, key: str, found: Discovery, params: dict[str, str], record: dict[str, Any], status: int
     ) -> str | None:
+        challenged = params.get("scope", "").split()
         if self.scopes is not None:
             asked = list(self.scopes)
-        elif params.get("scope"):
-            asked = params["scope"].split()
+        elif challenged:
+            asked = challenged
         else:
             asked = list(found.scopes_supported)
         if status == 403:
+            # A step-up asks what was asked before and what the challenge names, whatever
+            # the host chose: the challenge's scopes are what the operation needs (MCP).
             tokens = record.get("tokens") or {}
-            before = str(tokens.get("requested_scope") or "").split()
-            asked = before + [s for s in asked if s not in before]
+            asked = list(dict.fromkeys([*str(tokens.get("requested_scope") or "").split(), *asked, *challenged]))
             wanted = frozenset(asked)
             seen, count = self._step_ups.get(key, (frozenset(), 0))
             count = count + 1 if wanted == seen else 1
