@@ -237,7 +237,7 @@ def test_the_flow_ends_at_authorize_timeout_whatever_is_connected(monkeypatch: p
 
 def test_a_connection_that_sends_no_request_in_time_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_browser, "_HEAD_SECONDS", 0.3)
-    listener = LoopbackListener("http://127.0.0.1:0/callback")
+    listener = LoopbackListener("http://127.0.0.1:0/callback", state="s")
     try:
         with socket.create_connection(("127.0.0.1", listener.port)) as idle:
             idle.settimeout(WAIT)
@@ -254,7 +254,7 @@ def test_a_connection_that_sends_no_request_in_time_is_dropped(monkeypatch: pyte
 
 def test_connections_past_the_listeners_bound_are_closed_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_browser, "_MAX_CONNECTIONS", 2)
-    listener = LoopbackListener("http://127.0.0.1:0/callback")
+    listener = LoopbackListener("http://127.0.0.1:0/callback", state="s")
     try:
         with contextlib.ExitStack() as held:
             for _ in range(2):

@@ -1,24 +1,28 @@
 """The default ``on_authorize``: open the system browser on the
 authorization URL and wait, bounded, for the authorization server's redirect
-to the loopback listener (RFC 8252 section 7.3)."""
+to the loopback listener (RFC 8252 section 7.3). Only a redirect with the
+request's ``state`` ends the wait (RFC 6749 section 10.12): any local process
+can call the listener, and a forged callback must not end the flow."""
 
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import sys
 import threading
 import time
 import webbrowser
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from .._protocol._ratelog import RateLimitedLog
 from .._util._redact import redact_url
+from ._callback import carries_state
 from ._errors import AuthError
 
-__all__ = ["LoopbackListener", "loopback_redirect"]
+__all__ = ["LoopbackListener", "free_port", "loopback_redirect", "open_browser", "reusable_redirect"]
 
 logger = logging.getLogger("exmcp_actors.auth")
 
@@ -50,6 +54,41 @@ def loopback_redirect(redirect_uri: str) -> tuple[str, int, str]:
     return host, parts.port or 0, parts.path or "/"
 
 
+def reusable_redirect(registered: Any, wanted: str) -> str | None:
+    """``registered``, the redirect URI a stored registration registered, when a flow whose
+    ``redirect_uri`` is ``wanted`` can use it now; else None (the client registers anew).
+
+    MCP authorization: a client MUST have its redirect URIs registered, and servers match
+    them exactly. A port-0 ``wanted`` takes the registered port when it is free, so a
+    registration outlives the object that made it; another port fixed, the port taken by
+    another program, or nothing recorded (an earlier version's record) is no match.
+    """
+    if not isinstance(registered, str):
+        return None
+    try:
+        host, port, path = loopback_redirect(registered)
+    except ValueError:
+        return None
+    wanted_host, wanted_port, wanted_path = loopback_redirect(wanted)
+    if (host, path) != (wanted_host, wanted_path) or wanted_port not in (0, port):
+        return None
+    if wanted_port == 0 and not _port_free(host, port):
+        return None
+    return registered
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        if os.name == "posix":  # as the listener binds: a closed flow's TIME_WAIT is no owner
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port(host: str) -> int:
     """A port free on ``host`` now (for a redirect URI the host's own ``on_authorize`` serves)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -65,12 +104,14 @@ class LoopbackListener:
     Any local process can connect to it, so none can hold it: each connection is served on
     its own thread, has :data:`_HEAD_SECONDS` to send a head of at most
     :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once new ones are closed
-    unanswered. :meth:`close` (at the end of :meth:`wait`, whatever is connected) shuts every
-    connection down.
+    unanswered. A request to the path without the authorization request's ``state`` is
+    answered 400 and discarded: the wait goes on for the browser's. :meth:`close` (at the end
+    of :meth:`wait`, whatever is connected) shuts every connection down.
     """
 
-    def __init__(self, redirect_uri: str) -> None:
+    def __init__(self, redirect_uri: str, state: str) -> None:
         host, port, self._path = loopback_redirect(redirect_uri)
+        self._state = state
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family)
         self.port: int = self._sock.getsockname()[1]
@@ -154,6 +195,9 @@ class LoopbackListener:
                 _answer(conn, "405 Method Not Allowed", b"")
             elif urlsplit(target).path != self._path:
                 _answer(conn, "404 Not Found", b"")
+            elif not carries_state(target, self._state):
+                _log.warning("callback-state", "the loopback callback listener discarded a request without the state")
+                _answer(conn, "400 Bad Request", b"")
             else:
                 with self._lock:
                     first = self._result is None

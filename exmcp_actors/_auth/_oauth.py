@@ -28,8 +28,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from .._protocol._peer_text import peer_text
 from ._binding import bound_record, pre_registered_issuer
-from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
+from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser, reusable_redirect
 from ._callback import authorization_code
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
 from ._fetch import exchange, oauth_client, require_secure, shown
@@ -61,7 +62,8 @@ class OAuth:
     Args:
         client_name: the name registered with the authorization server.
         redirect_uri: loopback redirect URI; port 0 picks a free port (fixed
-            for this object's life, so a registration stays valid).
+            for this object's life, so a registration stays valid), or the
+            port a stored registration registered, when it is free.
         scopes: scopes to request; None: what the server asks for
             (``WWW-Authenticate``, else its ``scopes_supported``, else none).
         client_id: a pre-registered client id (skips registration).
@@ -256,16 +258,18 @@ class OAuth:
     def _scope(
         self, key: str, found: Discovery, params: dict[str, str], record: dict[str, Any], status: int
     ) -> str | None:
+        challenged = params.get("scope", "").split()
         if self.scopes is not None:
             asked = list(self.scopes)
-        elif params.get("scope"):
-            asked = params["scope"].split()
+        elif challenged:
+            asked = challenged
         else:
             asked = list(found.scopes_supported)
         if status == 403:
+            # A step-up asks what was asked before and what the challenge names, whatever
+            # the host chose: the challenge's scopes are what the operation needs (MCP).
             tokens = record.get("tokens") or {}
-            before = str(tokens.get("requested_scope") or "").split()
-            asked = before + [s for s in asked if s not in before]
+            asked = list(dict.fromkeys([*str(tokens.get("requested_scope") or "").split(), *asked, *challenged]))
             wanted = frozenset(asked)
             seen, count = self._step_ups.get(key, (frozenset(), 0))
             count = count + 1 if wanted == seen else 1
@@ -292,9 +296,12 @@ class OAuth:
                 self.client_id, self._client_secret, method, self._private_key_pem, self.signing_algorithm
             )
         saved = record.get("client")  # the record is this issuer's (bound_record saw to it)
-        if isinstance(saved, dict) and saved.get("client_id"):
+        if isinstance(saved, dict) and saved.get("client_id") and self._registered_redirect_usable(saved):
             return ClientIdentity(
-                saved["client_id"], saved.get("client_secret"), saved.get("token_endpoint_auth_method") or "none"
+                saved["client_id"],
+                saved.get("client_secret"),
+                saved.get("token_endpoint_auth_method") or "none",
+                redirect_uri=saved.get("redirect_uri"),
             )
         if self.client_metadata_url and found.metadata.get("client_id_metadata_document_supported") is True:
             return ClientIdentity(self.client_metadata_url, None, "none")
@@ -303,16 +310,31 @@ class OAuth:
             raise AuthError("no client_id was given and the authorization server offers no client registration")
         return self._register(http, registration, supported, scope)
 
+    def _registered_redirect_usable(self, saved: dict[str, Any]) -> bool:
+        """Whether this flow can use the redirect URI a stored registration registered (see
+        :func:`reusable_redirect`); on True, the flow uses it."""
+        if self.grant != "authorization_code":
+            return True  # no redirect in the grant
+        registered = saved.get("redirect_uri")
+        if self._frozen_redirect is not None:
+            return registered == self._frozen_redirect
+        self._frozen_redirect = reusable_redirect(registered, self.redirect_uri)
+        return self._frozen_redirect is not None
+
     def _register(self, http: httpx.Client, endpoint: str, supported: Any, scope: str | None) -> ClientIdentity:
         methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
         method = next((m for m in ("client_secret_basic", "client_secret_post", "none") if m in methods), "none")
         interactive = self.grant == "authorization_code"
+        redirect = self._redirect() if interactive else None
         body: dict[str, Any] = {
             "client_name": self.client_name,
-            "redirect_uris": [self._redirect()] if interactive else [],
+            "redirect_uris": [redirect] if redirect else [],
             "grant_types": ["authorization_code", "refresh_token"] if interactive else [self.grant],
             "response_types": ["code"] if interactive else [],
             "token_endpoint_auth_method": method,
+            # MCP authorization (2026-07-28) asks for one: OIDC servers take its absence
+            # for "web", whose rules refuse a loopback redirect URI.
+            "application_type": "native",
         }
         if scope:
             body["scope"] = scope
@@ -320,9 +342,12 @@ class OAuth:
             answer = exchange(http, "POST", endpoint, json=body)
         except httpx.HTTPError as exc:
             raise AuthError(f"client registration at {shown(endpoint)} failed: {type(exc).__name__}") from exc
-        info = answer.json() if answer.status in (200, 201) else None
-        if not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
-            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}")
+        info = answer.json()
+        if answer.status not in (200, 201) or not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
+            # RFC 7591 section 3.2.2: a refusal's ``error`` says why (invalid_redirect_uri...).
+            error = info.get("error") if isinstance(info, dict) and answer.status >= 400 else None
+            why = f": {peer_text(error, 100)}" if isinstance(error, str) else ""
+            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}{why}")
         secret = info.get("client_secret") if isinstance(info.get("client_secret"), str) else None
         given = info.get("token_endpoint_auth_method")
         chosen = given if isinstance(given, str) else method
@@ -330,7 +355,7 @@ class OAuth:
             chosen = "none"
         elif chosen == "none":
             chosen = "client_secret_basic"
-        return ClientIdentity(info["client_id"], secret, chosen)
+        return ClientIdentity(info["client_id"], secret, chosen, redirect_uri=redirect)
 
     def _grant(self, key: str, found: Discovery, identity: ClientIdentity, scope: str | None) -> dict[str, Any]:
         token_endpoint = found.endpoint("token_endpoint")
@@ -369,18 +394,18 @@ class OAuth:
             resource=found.resource,
         )
         # Checked before the code goes to any token endpoint (RFC 9207 section 2.4).
-        code = authorization_code(self._authorize(url, redirect), state, found.metadata)
+        code = authorization_code(self._authorize(url, redirect, state), state, found.metadata)
         params = {"code": code, "redirect_uri": redirect, "code_verifier": verifier, "resource": found.resource}
         return self._token(identity, found.issuer, token_endpoint, "authorization_code", params)
 
-    def _authorize(self, url: str, redirect: str) -> str:
+    def _authorize(self, url: str, redirect: str, state: str) -> str:
         require_secure(url, "the authorization request")
         if self._on_authorize is not None:
             try:
                 return str(self._on_authorize(url))
             except Exception as exc:
                 raise AuthError(f"on_authorize failed: {type(exc).__name__}") from exc
-        listener = LoopbackListener(redirect)
+        listener = LoopbackListener(redirect, state)
         open_browser(url)
         return listener.wait(redirect, self.authorize_timeout)
 

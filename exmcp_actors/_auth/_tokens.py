@@ -43,13 +43,16 @@ class ClientIdentity:
     auth_method: str
     private_key_pem: str | None = None
     signing_algorithm: str | None = None
+    #: The redirect URI a dynamic registration registered (None: not registered by us).
+    redirect_uri: str | None = None
 
     def record(self) -> dict[str, Any]:
-        return {
+        kept = {
             "client_id": self.client_id,
             "client_secret": self.client_secret,
             "token_endpoint_auth_method": self.auth_method,
         }
+        return kept | ({"redirect_uri": self.redirect_uri} if self.redirect_uri is not None else {})
 
 
 def choose_auth_method(supported: Any, has_secret: bool, has_key: bool) -> str:
