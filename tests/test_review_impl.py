@@ -1,13 +1,15 @@
 """Review of the security merge from the side of other implementations and of the new threads:
 the SSE pacing as polling servers use it (the TypeScript SDK's ``closeSSE`` with its
-``retryInterval``, the Python SDK's ``close_sse_stream`` with its ``retry_interval``), and the
-loopback callback listener in a process with many files open."""
+``retryInterval``, the Python SDK's ``close_sse_stream`` with its ``retry_interval``), what the
+GET stream says when it is stopped, and the loopback callback listener in a process with many
+files open."""
 
 from __future__ import annotations
 
 import http.client
 import itertools
 import json
+import logging
 import os
 import resource
 import threading
@@ -120,6 +122,37 @@ def test_a_response_stream_the_server_ends_each_time_after_a_message_is_resumed_
     client = connect(server.url, clients)
     assert client.request("tools/list", timeout=30) == {"tools": []}
     assert_paced_as_asked(gaps_between(resumed))
+
+
+# -- what the GET stream says when the client stops --------------------------------------------
+
+
+def test_a_client_that_disconnects_logs_no_reopening_of_its_get_stream(
+    servers: list[RawHttp], clients: list[mcp.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    streaming = threading.Event()
+
+    def answer(exchange: Exchange) -> bool:
+        if legacy_basics(exchange):
+            return True
+        if exchange.method == "GET":
+            exchange.start_sse()
+            exchange.chunk(b": open\n\n")
+            streaming.set()
+            while exchange.conn.recv(1024):  # until the client goes
+                pass
+            return False
+        exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
+        return True
+
+    server = RawHttp(answer)
+    servers.append(server)
+    client = connect(server.url, clients)
+    assert streaming.wait(WAIT)
+    caplog.set_level(logging.DEBUG, logger="exmcp_actors")
+    client.disconnect()
+    said = [record.getMessage() for record in caplog.records if record.name == "exmcp_actors.http"]
+    assert [line for line in said if "reopening" in line] == [], said
 
 
 # -- the loopback callback listener ---------------------------------------------------------------

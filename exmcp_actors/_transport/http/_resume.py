@@ -263,6 +263,8 @@ class GetStream:
                 if unreachable >= cfg.reconnect_attempts:
                     self._outlet.report_lost(f"GET stream could not reconnect: {reason}")
                     return
+            if halt.is_set():
+                return  # stopped while it streamed: nothing is reopened, so nothing is said
             quick = quick + 1 if self._streams.ended_at_once(opened_at, delivered, retry_ms) else 0
             wait = self._streams.pace(delay, quick)
             logger.info("GET stream: reopening in %.2fs (%d in a row ended at once)", wait, quick)
