@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-import select
+import selectors
 import socket
 import sys
 import threading
@@ -160,26 +160,30 @@ class LoopbackListener:
             sock.close()
 
     def _accept(self) -> None:
-        while True:
-            readable, _, _ = select.select([self._sock, self._wake_read], [], [])
-            if self._wake_read in readable:
+        # A selector, not select(): in a host with many files open these sockets get numbers
+        # past FD_SETSIZE (1024), which select() refuses, and no callback would ever be taken.
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._sock, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not any(key.fileobj is self._wake_read for key, _ in selector.select()):
+                self._take()
+
+    def _take(self) -> None:
+        """Accept one connection and serve it on its own thread; close it when full or closed."""
+        try:
+            conn, _ = self._sock.accept()
+        except OSError:
+            return  # the connection was reset before we took it
+        with self._lock:
+            self._threads = {t for t in self._threads if t.is_alive()}
+            if self._closed or len(self._conns) >= _MAX_CONNECTIONS:
+                conn.close()
+                _log.warning("callback-full", "the loopback callback listener is full: a connection was dropped")
                 return
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue  # the connection was reset before we took it
-            with self._lock:
-                self._threads = {t for t in self._threads if t.is_alive()}
-                if self._closed or len(self._conns) >= _MAX_CONNECTIONS:
-                    conn.close()
-                    _log.warning("callback-full", "the loopback callback listener is full: a connection was dropped")
-                    continue
-                self._conns.add(conn)
-                thread = threading.Thread(
-                    target=self._serve, args=(conn,), name="exmcp-oauth-callback-conn", daemon=True
-                )
-                self._threads.add(thread)
-                thread.start()  # under the lock: close() never joins a thread not started yet
+            self._conns.add(conn)
+            thread = threading.Thread(target=self._serve, args=(conn,), name="exmcp-oauth-callback-conn", daemon=True)
+            self._threads.add(thread)
+            thread.start()  # under the lock: close() never joins a thread not started yet
 
     def _serve(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + _HEAD_SECONDS

@@ -3,10 +3,12 @@ dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
 
 * Pacing, the same for every reopening (see :class:`GetStreams`): after the server's
   ``retry:`` (else ``sse_retry_default``), never less than :data:`MIN_RETRY_DELAY` nor more
-  than ``max_retry_delay``; after attempts in a row that ended at once (a stream closed within
-  a second, whatever it delivered, a refusal, a failure to connect) each wait doubles, with
-  jitter, up to ``max_retry_delay``. A server that answers ``retry: 0`` and ends each stream
-  at once is reopened ever more slowly, not hundreds of times a second.
+  than ``max_retry_delay``; after attempts in a row that ended at once (a refusal, a failure
+  to connect, a stream closed within a second that delivered nothing or had asked a
+  ``retry:`` below the floor) each wait doubles, with jitter, up to ``max_retry_delay``. A
+  server that answers ``retry: 0`` and ends each stream at once is reopened ever more slowly,
+  not hundreds of times a second; one that polls (each stream delivers, then ends, as the
+  SDKs' ``closeSSE`` does) at a ``retry:`` the floor allows is reopened after it every time.
 * ``get`` thread: the legacy standalone GET stream reader, started by
   :meth:`HttpTransport.negotiated` in the legacy era. 405 means the server
   has none (fine). When the stream ends it reconnects, paced as above, with
@@ -108,10 +110,16 @@ class GetStreams:
     def _floor(self) -> float:
         return min(MIN_RETRY_DELAY, self.cfg.max_retry_delay)
 
-    @staticmethod
-    def quick(opened_at: float) -> bool:
-        """Whether an attempt made at ``opened_at`` (``time.monotonic()``) ended at once."""
-        return time.monotonic() - opened_at < _BRIEF_STREAM
+    def ended_at_once(self, opened_at: float, delivered: bool, retry_ms: int | None) -> bool:
+        """Whether an attempt made at ``opened_at`` (``time.monotonic()``) ended at once, so the
+        next wait doubles: it ended within :data:`_BRIEF_STREAM`, and delivered nothing or was
+        paced by a ``retry:`` (``retry_ms``, None for none) below the floor. A server whose
+        streams deliver and end at a pace the floor allows is polling, as SSE lets it: its
+        ``retry:`` is honoured each time, as EventSource and the official SDK clients do."""
+        if time.monotonic() - opened_at >= _BRIEF_STREAM:
+            return False
+        asked = self.cfg.sse_retry_default if retry_ms is None else retry_ms / 1000.0
+        return not delivered or asked < self._floor()
 
 
 def _is_event_stream(response: httpx.Response) -> bool:
@@ -133,7 +141,7 @@ class StreamResumer:
         if self._pump.pump(response, parser, post).answered:
             return
         failures = 0
-        quick = 0  # resumptions in a row that ended at once, delivering or not
+        quick = 0  # resumptions in a row that ended at once (see GetStreams.ended_at_once)
         streams = self._streams
         # A legacy stream with SSE ids can be resumed with GET + Last-Event-ID.
         while not post.modern and parser.last_event_id and failures < cfg.reconnect_attempts:
@@ -147,7 +155,7 @@ class StreamResumer:
             if outcome is True:
                 return
             failures = 0 if outcome is None else failures + 1
-            quick = quick + 1 if streams.quick(opened_at) else 0
+            quick = quick + 1 if streams.ended_at_once(opened_at, outcome is None, parser.retry_ms) else 0
         if not outlet.silenced(post):
             logger.debug("stream of %s dropped before its response", post.describe())
             outlet.fail(post, ExchangeFailed(STREAM_DROPPED))
@@ -204,14 +212,16 @@ class GetStream:
         halt = self._outlet.halt
         last_event_id: str | None = None
         delay = cfg.sse_retry_default
+        retry_ms: int | None = None  # the server's last retry:, which delay honours
         unreachable = 0  # consecutive failures to connect at all
         refused = 0  # consecutive HTTP errors
         connected = False  # whether a GET stream was open once on this connection
-        quick = 0  # consecutive attempts that ended at once: refused, failed, or a brief stream
+        quick = 0  # consecutive attempts that ended at once (see GetStreams.ended_at_once)
         while not halt.is_set():
             headers = self._streams.headers(last_event_id)
             sent_session = "mcp-session-id" in headers
             opened_at = time.monotonic()
+            delivered = False
             try:
                 with self._streams.open(headers) as response:
                     status = response.status_code
@@ -239,10 +249,11 @@ class GetStream:
                         connected = True
                         logger.debug("GET stream connected")
                         parser = SSEParser(cfg.max_frame_bytes, last_event_id=last_event_id)
-                        self._pump.pump(response, parser, None)
+                        delivered = self._pump.pump(response, parser, None).frames > 0
                         last_event_id = parser.last_event_id or None
                         if parser.retry_ms is not None:
                             delay = self._streams.retry_delay(parser)
+                            retry_ms = parser.retry_ms
             except IO_ERRORS as exc:
                 if halt.is_set():
                     return
@@ -252,7 +263,9 @@ class GetStream:
                 if unreachable >= cfg.reconnect_attempts:
                     self._outlet.report_lost(f"GET stream could not reconnect: {reason}")
                     return
-            quick = quick + 1 if self._streams.quick(opened_at) else 0
+            if halt.is_set():
+                return  # stopped while it streamed: nothing is reopened, so nothing is said
+            quick = quick + 1 if self._streams.ended_at_once(opened_at, delivered, retry_ms) else 0
             wait = self._streams.pace(delay, quick)
             logger.info("GET stream: reopening in %.2fs (%d in a row ended at once)", wait, quick)
             if halt.wait(wait):
