@@ -45,8 +45,10 @@ __all__ = [
 
 logger = logging.getLogger("exmcp_actors.auth")
 
-# auth-param = token "=" ( token / quoted-string ), RFC 9110 section 11.2.
-_PARAM: Final = re.compile(r'([A-Za-z0-9_\-.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))')
+# auth-param = token "=" ( token / quoted-string ), RFC 9110 section 11.2. A name starts where
+# no name character precedes it: else every position of a long run of them (a hostile
+# challenge is up to a response head long) would start a match scanning to the run's end.
+_PARAM: Final = re.compile(r'(?<![A-Za-z0-9_\-.])([A-Za-z0-9_\-.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))')
 
 
 def parse_challenge(header: str | None) -> dict[str, str]:
