@@ -11,9 +11,11 @@ import sys
 import threading
 import time
 import webbrowser
+from collections.abc import Callable
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
+from .._protocol._peer_text import escape_unsafe
 from .._protocol._ratelog import RateLimitedLog
 from .._util._redact import redact_url
 from ._errors import AuthError
@@ -25,6 +27,10 @@ logger = logging.getLogger("exmcp_actors.auth")
 _PAGE: Final = b"<!doctype html><title>Authorized</title><p>Authorization complete: you may close this window.</p>"
 #: Connections served at once; a browser opens one or two (a speculative one may stay idle).
 _MAX_CONNECTIONS: Final = 16
+#: Seconds after which a connection that sent no whole head yet makes room for a new one when
+#: the listener is full: a browser sends its head within milliseconds, so a local process
+#: holding every place with silent connections cannot keep the browser's callback out.
+_EVICTABLE_AFTER: Final = 1.0
 #: Seconds a connection has to send its whole request head (a browser needs milliseconds).
 _HEAD_SECONDS: Final = 10.0
 #: Largest request head read: a browser sends its 127.0.0.1 cookies too, so not a small bound.
@@ -64,13 +70,17 @@ class LoopbackListener:
 
     Any local process can connect to it, so none can hold it: each connection is served on
     its own thread, has :data:`_HEAD_SECONDS` to send a head of at most
-    :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once new ones are closed
-    unanswered. :meth:`close` (at the end of :meth:`wait`, whatever is connected) shuts every
-    connection down.
+    :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once a new one takes
+    the place of the oldest that has sent nothing whole for :data:`_EVICTABLE_AFTER`, or is
+    closed unanswered. Nor can one end the flow with a forged callback: with ``accept``,
+    a request ``accept(target)`` refuses (its ``state`` is not the authorization's) is
+    answered 400 and the listener waits on. :meth:`close` (at the end of :meth:`wait`,
+    whatever is connected) shuts every connection down.
     """
 
-    def __init__(self, redirect_uri: str) -> None:
+    def __init__(self, redirect_uri: str, accept: Callable[[str], bool] | None = None) -> None:
         host, port, self._path = loopback_redirect(redirect_uri)
+        self._accepts = accept
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family)
         self.port: int = self._sock.getsockname()[1]
@@ -79,6 +89,8 @@ class LoopbackListener:
         self._lock = threading.Lock()
         self._closed = False
         self._conns: set[socket.socket] = set()
+        #: The connections still sending their head, with when each was accepted.
+        self._idle: dict[socket.socket, float] = {}
         self._threads: set[threading.Thread] = set()
         # Wakes the accepting thread's select() on close, on every platform.
         self._wake_read, self._wake = socket.socketpair()
@@ -129,21 +141,39 @@ class LoopbackListener:
                 continue  # the connection was reset before we took it
             with self._lock:
                 self._threads = {t for t in self._threads if t.is_alive()}
+                if len(self._conns) >= _MAX_CONNECTIONS:
+                    self._evict_oldest_idle()
                 if self._closed or len(self._conns) >= _MAX_CONNECTIONS:
                     conn.close()
                     _log.warning("callback-full", "the loopback callback listener is full: a connection was dropped")
                     continue
                 self._conns.add(conn)
+                self._idle[conn] = time.monotonic()
                 thread = threading.Thread(
                     target=self._serve, args=(conn,), name="exmcp-oauth-callback-conn", daemon=True
                 )
                 self._threads.add(thread)
                 thread.start()  # under the lock: close() never joins a thread not started yet
 
+    def _evict_oldest_idle(self) -> None:
+        """Shut down the connection that has been sending its head longest, if that is long (under the lock)."""
+        oldest = min(self._idle, key=self._idle.__getitem__, default=None)
+        if oldest is None or time.monotonic() - self._idle[oldest] < _EVICTABLE_AFTER:
+            return
+        del self._idle[oldest]
+        self._conns.discard(oldest)
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)  # its thread wakes, and closes it
+        except OSError:
+            pass
+        _log.info("callback-evicted", "the loopback callback listener is full: a silent connection made room")
+
     def _serve(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + _HEAD_SECONDS
         try:
             head = _read_head(conn, deadline)
+            with self._lock:
+                self._idle.pop(conn, None)
             if head is None:
                 return
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
@@ -154,6 +184,11 @@ class LoopbackListener:
                 _answer(conn, "405 Method Not Allowed", b"")
             elif urlsplit(target).path != self._path:
                 _answer(conn, "404 Not Found", b"")
+            elif self._accepts is not None and not self._accepts(target):
+                _log.info(
+                    "callback-forged", "the loopback callback listener refused a callback for another authorization"
+                )
+                _answer(conn, "400 Bad Request", b"")
             else:
                 with self._lock:
                     first = self._result is None
@@ -169,6 +204,7 @@ class LoopbackListener:
         finally:
             with self._lock:
                 self._conns.discard(conn)
+                self._idle.pop(conn, None)
             conn.close()
 
 
@@ -210,6 +246,7 @@ def _answer(conn: socket.socket, status: str, page: bytes) -> None:
 def open_browser(authorization_url: str) -> None:
     """Open the system browser; say where to go when there is none."""
     if not webbrowser.open(authorization_url):
-        # The URL (state, code challenge, client id) goes to the user on stderr, never to a log.
+        # The URL (state, code challenge, client id) goes to the user on stderr, never to a log;
+        # escaped, as the authorization server's endpoint in it may carry terminal controls.
         logger.warning("could not open a browser to authorize with %s", redact_url(authorization_url))
-        print(f"Open this URL in a browser to authorize:\n{authorization_url}", file=sys.stderr)
+        print(f"Open this URL in a browser to authorize:\n{escape_unsafe(authorization_url)}", file=sys.stderr)

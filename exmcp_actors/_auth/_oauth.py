@@ -28,9 +28,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from .._protocol._peer_text import peer_text
 from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
-from ._callback import authorization_code
+from ._callback import authorization_code, carries_state
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
 from ._fetch import exchange, oauth_client, require_secure, shown
 from ._fetch import origin as _origin
@@ -270,7 +271,8 @@ class OAuth:
             seen, count = self._step_ups.get(key, (frozenset(), 0))
             count = count + 1 if wanted == seen else 1
             if count > MAX_STEP_UPS:
-                raise AuthError(f"the server still refuses scope {' '.join(asked)!r} after {MAX_STEP_UPS} step-ups")
+                refused = peer_text(" ".join(asked), quote=True)  # the server's words, up to a header long
+                raise AuthError(f"the server still refuses scope {refused} after {MAX_STEP_UPS} step-ups")
             self._step_ups[key] = (wanted, count)
         supported = found.metadata.get("scopes_supported")
         if (
@@ -369,18 +371,20 @@ class OAuth:
             resource=found.resource,
         )
         # Checked before the code goes to any token endpoint (RFC 9207 section 2.4).
-        code = authorization_code(self._authorize(url, redirect), state, found.metadata)
+        code = authorization_code(self._authorize(url, redirect, state), state, found.metadata)
         params = {"code": code, "redirect_uri": redirect, "code_verifier": verifier, "resource": found.resource}
         return self._token(identity, found.issuer, token_endpoint, "authorization_code", params)
 
-    def _authorize(self, url: str, redirect: str) -> str:
+    def _authorize(self, url: str, redirect: str, state: str) -> str:
         require_secure(url, "the authorization request")
         if self._on_authorize is not None:
             try:
                 return str(self._on_authorize(url))
             except Exception as exc:
                 raise AuthError(f"on_authorize failed: {type(exc).__name__}") from exc
-        listener = LoopbackListener(redirect)
+        # Only the response to this request ends the wait: any local process can reach the
+        # listener, and a forged callback taken first would fail the flow.
+        listener = LoopbackListener(redirect, accept=lambda target: carries_state(target, state))
         open_browser(url)
         return listener.wait(redirect, self.authorize_timeout)
 
