@@ -178,7 +178,7 @@ class LoopbackListener:
                 return
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
             method, target, version = request_line if len(request_line) == 3 else ("", "", "")
-            if not version.startswith("HTTP/"):
+            if not version.startswith("HTTP/") or not _parses(target):
                 _answer(conn, "400 Bad Request", b"")
             elif method != "GET":
                 _answer(conn, "405 Method Not Allowed", b"")
@@ -231,6 +231,15 @@ def _read_head(conn: socket.socket, deadline: float) -> bytes | None:
             return None
         head += data
     return bytes(head)
+
+
+def _parses(target: str) -> bool:
+    """Whether urllib takes the request target apart (a local process may send anything)."""
+    try:
+        urlsplit(target)
+    except ValueError:
+        return False
+    return True
 
 
 def _answer(conn: socket.socket, status: str, page: bytes) -> None:

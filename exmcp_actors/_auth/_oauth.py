@@ -33,7 +33,7 @@ from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
 from ._callback import authorization_code, carries_state
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
-from ._fetch import exchange, oauth_client, require_secure, shown
+from ._fetch import exchange, oauth_client, require_secure, require_url, shown
 from ._fetch import origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
 from ._tokens import JWT_BEARER, ClientIdentity, authorization_url, choose_auth_method, request_token
@@ -356,6 +356,7 @@ class OAuth:
         token_endpoint = found.endpoint("token_endpoint")
         if endpoint is None or token_endpoint is None:
             raise AuthError("the authorization server metadata has no authorization_endpoint")
+        require_url(endpoint, "the authorization_endpoint")  # before authlib takes it apart
         from authlib.common.security import generate_token  # on first use: see _tokens.py
 
         redirect = self._redirect()
