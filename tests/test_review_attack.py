@@ -331,14 +331,15 @@ def test_the_url_printed_when_no_browser_opens_carries_no_control_character(
 ) -> None:
     monkeypatch.setattr(_browser.webbrowser, "open", lambda url: False)
     with HostileAS() as peer:
-        # A title change, a clipboard write (OSC 52) and a bidirectional override.
-        peer.metadata["authorization_endpoint"] = f"{peer.origin}/authorize\x1b]0;owned\x07\x1b]52;c;ZXZpbA==\x07\u202e"
+        # A clipboard write (OSC 52, in its 8-bit C1 form: httpx takes it, as any non-ASCII
+        # letter) and a bidirectional override; the 7-bit ESC form is no usable URL at all.
+        peer.metadata["authorization_endpoint"] = f"{peer.origin}/authorize\x9d52;c;ZXZpbA==\x9c\u202e"
         auth = mcp.OAuth(authorize_timeout=0.2)
         assert auth.challenge(peer.server_url, 401, peer.challenge, None) is False
     printed = capsys.readouterr().err
     assert "Open this URL in a browser to authorize" in printed
-    assert "\x1b" not in printed and "\x07" not in printed and "\u202e" not in printed
-    assert "/authorize\\x1b]0;owned\\x07" in printed
+    assert "\x9d" not in printed and "\x9c" not in printed and "\u202e" not in printed
+    assert "/authorize\\x9d52;c;ZXZpbA==\\x9c\\u202e?" in printed
 
 
 def test_a_step_up_refusal_quotes_the_servers_scope_bounded() -> None:
@@ -366,3 +367,59 @@ def test_these_tests_pass_with_httpx2_hidden() -> None:
     )
     assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
     assert " passed" in child.stdout and " skipped" not in child.stdout, child.stdout[-1000:]
+
+
+# -- URLs no parser takes ----------------------------------------------------------------------
+
+
+def _prm_naming(peer: HostileAS, issuer: str) -> Callable[[Exchange], None]:
+    return lambda exchange: exchange.json("200 OK", {"resource": peer.server_url, "authorization_servers": [issuer]})
+
+
+@pytest.mark.parametrize(
+    ("where", "url"),
+    [
+        ("token_endpoint", "http://[::1/token"),
+        ("token_endpoint", "http://127.0.0.1:1/to\x7fken"),
+        ("registration_endpoint", "http://127.0.0.1:1/register\x00"),
+        ("authorization_endpoint", "http://[::1/authorize"),
+        ("issuer", "http://[::1/"),
+        ("resource_metadata", "http://[::1/prm"),
+    ],
+    ids=["token-bracket", "token-del", "register-nul", "authorize-bracket", "issuer-bracket", "hint-bracket"],
+)
+def test_a_url_a_server_names_that_is_no_url_fails_the_flow_with_a_sentence(where: str, url: str) -> None:
+    with HostileAS() as peer:
+        challenge = peer.challenge
+        if where == "issuer":
+            peer.routes["/.well-known/oauth-protected-resource/mcp"] = _prm_naming(peer, url)
+        elif where == "resource_metadata":
+            challenge = f'Bearer resource_metadata="{url}"'
+        else:
+            peer.metadata[where] = url
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert auth.challenge(peer.server_url, 401, challenge, None) is False
+    assert auth.last_error is not None and "is no usable URL" in auth.last_error
+    assert "\x7f" not in auth.last_error and "\x00" not in auth.last_error
+
+
+def test_a_request_target_no_url_parser_takes_is_answered_400() -> None:
+    listener = _browser.LoopbackListener("http://127.0.0.1:0/callback", accept=lambda target: True)
+    try:
+        with socket.create_connection(("127.0.0.1", listener.port)) as conn:
+            conn.settimeout(WAIT)
+            conn.sendall(b"GET http://[::1/callback?code=c HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(64).startswith(b"HTTP/1.1 400 ")
+        base = f"http://127.0.0.1:{listener.port}/callback"
+        assert _get(f"{base}?code=c&state=s") == 200  # the listener serves on
+        assert listener.wait(base, WAIT) == f"{base}?code=c&state=s"
+    finally:
+        listener.close()
+
+
+def test_a_url_that_is_no_url_is_named_without_its_credentials_or_query() -> None:
+    with HostileAS() as peer:
+        peer.metadata["token_endpoint"] = "http://user:pw-secret@[::1/token?key=query-secret"
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert auth.challenge(peer.server_url, 401, peer.challenge, None) is False
+    assert auth.last_error == "the request URL 'http://[::1/token?***' is no usable URL"
