@@ -423,3 +423,35 @@ def test_a_url_that_is_no_url_is_named_without_its_credentials_or_query() -> Non
         auth = mcp.OAuth(on_authorize=peer.approve)
         assert auth.challenge(peer.server_url, 401, peer.challenge, None) is False
     assert auth.last_error == "the request URL 'http://[::1/token?***' is no usable URL"
+
+
+# -- a registration the client cannot use ------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["private_key_jwt", "tls_client_auth", "client_secret_jwt"])
+def test_a_registration_for_an_auth_method_the_client_cannot_use_fails_the_flow_and_is_not_kept(method: str) -> None:
+    with HostileAS() as peer:
+        peer.routes["/register"] = lambda exchange: exchange.json(
+            "201 Created", {"client_id": "cid", "client_secret": "reg-secret", "token_endpoint_auth_method": method}
+        )
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert [auth.challenge(peer.server_url, 401, peer.challenge, None) for _ in range(2)] == [False, False]
+        assert peer.paths().count("/register") == 2  # nothing unusable was kept to be reused
+        assert "/token" not in peer.paths()
+    assert auth.last_error == (
+        f"client registration at {peer.origin}/register chose the token endpoint auth method '{method}',"
+        " which this client cannot use"
+    )
+
+
+def test_a_stored_client_with_an_auth_method_the_client_cannot_use_fails_the_refresh_with_a_sentence() -> None:
+    with HostileAS() as peer:
+        storage = mcp.MemoryTokenStorage()
+        client = {"client_id": "cid", "client_secret": "s", "token_endpoint_auth_method": "tls_client_auth"}
+        tokens = {"access_token": "at", "refresh_token": "rt", "expires_at": 0}
+        record = {"issuer": peer.issuer, "token_endpoint": f"{peer.origin}/token", "client": client, "tokens": tokens}
+        storage.save(peer.server_url, record)
+        auth = mcp.OAuth(storage=storage, on_authorize=peer.approve)
+        assert auth.bearer(peer.server_url) is None
+        assert "/token" not in peer.paths()
+    assert auth.last_error == "the token endpoint auth method 'tls_client_auth' is not one this client can use"

@@ -36,7 +36,14 @@ from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, p
 from ._fetch import exchange, oauth_client, require_secure, require_url, shown
 from ._fetch import origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
-from ._tokens import JWT_BEARER, ClientIdentity, authorization_url, choose_auth_method, request_token
+from ._tokens import (
+    JWT_BEARER,
+    REGISTRATION_METHODS,
+    ClientIdentity,
+    authorization_url,
+    choose_auth_method,
+    request_token,
+)
 
 __all__ = ["OAuth"]
 
@@ -307,7 +314,7 @@ class OAuth:
 
     def _register(self, http: httpx.Client, endpoint: str, supported: Any, scope: str | None) -> ClientIdentity:
         methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
-        method = next((m for m in ("client_secret_basic", "client_secret_post", "none") if m in methods), "none")
+        method = next((m for m in REGISTRATION_METHODS if m in methods), "none")
         interactive = self.grant == "authorization_code"
         body: dict[str, Any] = {
             "client_name": self.client_name,
@@ -332,6 +339,11 @@ class OAuth:
             chosen = "none"
         elif chosen == "none":
             chosen = "client_secret_basic"
+        if chosen not in REGISTRATION_METHODS:  # refused before it is saved, and reused by every flow
+            raise AuthError(
+                f"client registration at {shown(endpoint)} chose the token endpoint auth method"
+                f" {peer_text(chosen, 60, quote=True)}, which this client cannot use"
+            )
         return ClientIdentity(info["client_id"], secret, chosen)
 
     def _grant(self, key: str, found: Discovery, identity: ClientIdentity, scope: str | None) -> dict[str, Any]:

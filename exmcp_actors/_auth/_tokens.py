@@ -28,12 +28,21 @@ from .._protocol._peer_text import peer_text
 from ._errors import AuthError
 from ._fetch import Answer, exchange, oauth_client, shown
 
-__all__ = ["JWT_BEARER", "ClientIdentity", "authorization_url", "choose_auth_method", "request_token"]
+__all__ = [
+    "JWT_BEARER",
+    "REGISTRATION_METHODS",
+    "ClientIdentity",
+    "authorization_url",
+    "choose_auth_method",
+    "request_token",
+]
 
 #: RFC 7523 authorization grant (cross-app access hands an ID-JAG with it).
 JWT_BEARER: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 _SECRET_METHODS: Final = ("client_secret_basic", "client_secret_post")
+#: The token endpoint auth methods of a client without a key (a registered one), in the order preferred.
+REGISTRATION_METHODS: Final = (*_SECRET_METHODS, "none")
 _BEARER_TOKEN: Final = re.compile("[\x21-\x7e]+")
 
 
@@ -192,10 +201,16 @@ def request_token(
     from authlib.oauth2.rfc7523 import PrivateKeyJWT
     from joserfc.errors import JoseError
 
+    if identity.auth_method not in (*REGISTRATION_METHODS, "private_key_jwt"):
+        # authlib would take an unknown name for a callable (a TypeError): a registration
+        # answer or a stored record may name any.
+        shown_method = peer_text(identity.auth_method, 60, quote=True)
+        raise AuthError(f"the token endpoint auth method {shown_method} is not one this client can use")
     secret: Any = identity.client_secret
     method: Any = identity.auth_method
     if identity.auth_method == "private_key_jwt":
-        assert identity.private_key_pem is not None
+        if identity.private_key_pem is None:
+            raise AuthError("the client authenticates with private_key_jwt, but no private_key_pem was given")
         secret, alg = _signing_key(identity.private_key_pem, identity.signing_algorithm)
         # The audience is the issuer, as the MCP extension asks. A fresh object
         # per request: authlib stores the jti it adds in ``claims``.
