@@ -455,3 +455,16 @@ def test_a_stored_client_with_an_auth_method_the_client_cannot_use_fails_the_ref
         assert auth.bearer(peer.server_url) is None
         assert "/token" not in peer.paths()
     assert auth.last_error == "the token endpoint auth method 'tls_client_auth' is not one this client can use"
+
+
+@pytest.mark.parametrize("refresh_token", [{"a": 1}, [1], 5], ids=["object", "list", "number"])
+def test_a_refresh_token_that_is_no_string_is_never_sent(refresh_token: Any) -> None:
+    with HostileAS() as peer:
+        peer.routes["/token"] = lambda exchange: exchange.json(
+            "200 OK", {"access_token": "at", "expires_in": 0, "refresh_token": refresh_token}
+        )
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert auth.challenge(peer.server_url, 401, peer.challenge, None) is True
+        assert auth.bearer(peer.server_url) is None  # expired, and nothing to refresh it with
+        assert peer.paths().count("/token") == 1
+    assert auth.last_error == "the refresh token is not a string: there is nothing to refresh with"

@@ -416,6 +416,8 @@ class OAuth:
         token_endpoint = record.get("token_endpoint")
         if not isinstance(token_endpoint, str) or not client.get("client_id"):
             raise AuthError("nothing known of the authorization server to refresh with")
+        if not isinstance(tokens.get("refresh_token"), str):  # a server's answer, kept as it came
+            raise AuthError("the refresh token is not a string: there is nothing to refresh with")
         identity = ClientIdentity(
             client["client_id"],
             client.get("client_secret"),
