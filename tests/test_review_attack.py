@@ -468,3 +468,23 @@ def test_a_refresh_token_that_is_no_string_is_never_sent(refresh_token: Any) -> 
         assert auth.bearer(peer.server_url) is None  # expired, and nothing to refresh it with
         assert peer.paths().count("/token") == 1
     assert auth.last_error == "the refresh token is not a string: there is nothing to refresh with"
+
+
+def test_the_listener_accepts_in_a_process_with_more_than_1024_files_open() -> None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"needs 1200 open files, the limit is {soft}")
+    opened = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # as a busy host may have
+    try:
+        listener = _browser.LoopbackListener("http://127.0.0.1:0/callback")
+        try:
+            base = f"http://127.0.0.1:{listener.port}/callback"
+            assert _get(f"{base}?code=c&state=s") == 200
+            assert listener.wait(base, WAIT) == f"{base}?code=c&state=s"
+        finally:
+            listener.close()
+    finally:
+        for fd in opened:
+            os.close(fd)

@@ -5,7 +5,7 @@ to the loopback listener (RFC 8252 section 7.3)."""
 from __future__ import annotations
 
 import logging
-import select
+import selectors
 import socket
 import sys
 import threading
@@ -94,6 +94,11 @@ class LoopbackListener:
         self._threads: set[threading.Thread] = set()
         # Wakes the accepting thread's select() on close, on every platform.
         self._wake_read, self._wake = socket.socketpair()
+        # A selector, not select.select(): that refuses a descriptor past 1023, which a host
+        # with many files or connections open hands out, and the listener would never accept.
+        self._selector = selectors.DefaultSelector()
+        for sock in (self._sock, self._wake_read):
+            self._selector.register(sock, selectors.EVENT_READ)
         self._accepter = threading.Thread(target=self._accept, name="exmcp-oauth-callback", daemon=True)
         self._accepter.start()
 
@@ -127,13 +132,14 @@ class LoopbackListener:
                 pass
         for thread in (self._accepter, *threads):
             thread.join(_JOIN_SECONDS)
+        self._selector.close()
         for sock in (self._sock, self._wake, self._wake_read):
             sock.close()
 
     def _accept(self) -> None:
         while True:
-            readable, _, _ = select.select([self._sock, self._wake_read], [], [])
-            if self._wake_read in readable:
+            ready = [key.fileobj for key, _ in self._selector.select()]
+            if self._wake_read in ready:
                 return
             try:
                 conn, _ = self._sock.accept()
