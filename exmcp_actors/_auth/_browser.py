@@ -17,6 +17,7 @@ import webbrowser
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from .._protocol._peer_text import escape_unsafe
 from .._protocol._ratelog import RateLimitedLog
 from .._util._redact import redact_url
 from ._callback import carries_state
@@ -29,6 +30,10 @@ logger = logging.getLogger("exmcp_actors.auth")
 _PAGE: Final = b"<!doctype html><title>Authorized</title><p>Authorization complete: you may close this window.</p>"
 #: Connections served at once; a browser opens one or two (a speculative one may stay idle).
 _MAX_CONNECTIONS: Final = 16
+#: Seconds after which a connection that sent no whole head yet makes room for a new one when
+#: the listener is full: a browser sends its head within milliseconds, so a local process
+#: holding every place with silent connections cannot keep the browser's callback out.
+_EVICTABLE_AFTER: Final = 1.0
 #: Seconds a connection has to send its whole request head (a browser needs milliseconds).
 _HEAD_SECONDS: Final = 10.0
 #: Largest request head read: a browser sends its 127.0.0.1 cookies too, so not a small bound.
@@ -103,13 +108,15 @@ class LoopbackListener:
 
     Any local process can connect to it, so none can hold it: each connection is served on
     its own thread, has :data:`_HEAD_SECONDS` to send a head of at most
-    :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once new ones are closed
-    unanswered. A request to the path without the authorization request's ``state`` is
-    answered 400 and discarded: the wait goes on for the browser's. :meth:`close` (at the end
-    of :meth:`wait`, whatever is connected) shuts every connection down.
+    :data:`_MAX_HEAD_BYTES`, and beyond :data:`_MAX_CONNECTIONS` at once a new one takes
+    the place of the oldest that has sent nothing whole for :data:`_EVICTABLE_AFTER`, or is
+    closed unanswered. Nor can one end the flow with a forged callback: with ``state``, a
+    request to the path without the authorization request's ``state`` is answered 400 and
+    discarded, and the wait goes on for the browser's. :meth:`close` (at the end of
+    :meth:`wait`, whatever is connected) shuts every connection down.
     """
 
-    def __init__(self, redirect_uri: str, state: str) -> None:
+    def __init__(self, redirect_uri: str, state: str | None = None) -> None:
         host, port, self._path = loopback_redirect(redirect_uri)
         self._state = state
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -120,9 +127,16 @@ class LoopbackListener:
         self._lock = threading.Lock()
         self._closed = False
         self._conns: set[socket.socket] = set()
+        #: The connections still sending their head, with when each was accepted.
+        self._idle: dict[socket.socket, float] = {}
         self._threads: set[threading.Thread] = set()
         # Wakes the accepting thread's select() on close, on every platform.
         self._wake_read, self._wake = socket.socketpair()
+        # A selector, not select.select(): that refuses a descriptor past 1023, which a host
+        # with many files or connections open hands out, and the listener would never accept.
+        self._selector = selectors.DefaultSelector()
+        for sock in (self._sock, self._wake_read):
+            self._selector.register(sock, selectors.EVENT_READ)
         self._accepter = threading.Thread(target=self._accept, name="exmcp-oauth-callback", daemon=True)
         self._accepter.start()
 
@@ -156,50 +170,65 @@ class LoopbackListener:
                 pass
         for thread in (self._accepter, *threads):
             thread.join(_JOIN_SECONDS)
+        self._selector.close()
         for sock in (self._sock, self._wake, self._wake_read):
             sock.close()
 
     def _accept(self) -> None:
-        # A selector, not select(): in a host with many files open these sockets get numbers
-        # past FD_SETSIZE (1024), which select() refuses, and no callback would ever be taken.
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._sock, selectors.EVENT_READ)
-            selector.register(self._wake_read, selectors.EVENT_READ)
-            while not any(key.fileobj is self._wake_read for key, _ in selector.select()):
-                self._take()
-
-    def _take(self) -> None:
-        """Accept one connection and serve it on its own thread; close it when full or closed."""
-        try:
-            conn, _ = self._sock.accept()
-        except OSError:
-            return  # the connection was reset before we took it
-        with self._lock:
-            self._threads = {t for t in self._threads if t.is_alive()}
-            if self._closed or len(self._conns) >= _MAX_CONNECTIONS:
-                conn.close()
-                _log.warning("callback-full", "the loopback callback listener is full: a connection was dropped")
+        while True:
+            ready = [key.fileobj for key, _ in self._selector.select()]
+            if self._wake_read in ready:
                 return
-            self._conns.add(conn)
-            thread = threading.Thread(target=self._serve, args=(conn,), name="exmcp-oauth-callback-conn", daemon=True)
-            self._threads.add(thread)
-            thread.start()  # under the lock: close() never joins a thread not started yet
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue  # the connection was reset before we took it
+            with self._lock:
+                self._threads = {t for t in self._threads if t.is_alive()}
+                if len(self._conns) >= _MAX_CONNECTIONS:
+                    self._evict_oldest_idle()
+                if self._closed or len(self._conns) >= _MAX_CONNECTIONS:
+                    conn.close()
+                    _log.warning("callback-full", "the loopback callback listener is full: a connection was dropped")
+                    continue
+                self._conns.add(conn)
+                self._idle[conn] = time.monotonic()
+                thread = threading.Thread(
+                    target=self._serve, args=(conn,), name="exmcp-oauth-callback-conn", daemon=True
+                )
+                self._threads.add(thread)
+                thread.start()  # under the lock: close() never joins a thread not started yet
+
+    def _evict_oldest_idle(self) -> None:
+        """Shut down the connection that has been sending its head longest, if that is long (under the lock)."""
+        oldest = min(self._idle, key=self._idle.__getitem__, default=None)
+        if oldest is None or time.monotonic() - self._idle[oldest] < _EVICTABLE_AFTER:
+            return
+        del self._idle[oldest]
+        self._conns.discard(oldest)
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)  # its thread wakes, and closes it
+        except OSError:
+            pass
+        _log.info("callback-evicted", "the loopback callback listener is full: a silent connection made room")
 
     def _serve(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + _HEAD_SECONDS
         try:
             head = _read_head(conn, deadline)
+            with self._lock:
+                self._idle.pop(conn, None)
             if head is None:
                 return
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
             method, target, version = request_line if len(request_line) == 3 else ("", "", "")
-            if not version.startswith("HTTP/"):
+            if not version.startswith("HTTP/") or not _parses(target):
                 _answer(conn, "400 Bad Request", b"")
             elif method != "GET":
                 _answer(conn, "405 Method Not Allowed", b"")
             elif urlsplit(target).path != self._path:
                 _answer(conn, "404 Not Found", b"")
-            elif not carries_state(target, self._state):
+            elif self._state is not None and not carries_state(target, self._state):
                 _log.warning("callback-state", "the loopback callback listener discarded a request without the state")
                 _answer(conn, "400 Bad Request", b"")
             else:
@@ -217,6 +246,7 @@ class LoopbackListener:
         finally:
             with self._lock:
                 self._conns.discard(conn)
+                self._idle.pop(conn, None)
             conn.close()
 
 
@@ -245,6 +275,15 @@ def _read_head(conn: socket.socket, deadline: float) -> bytes | None:
     return bytes(head)
 
 
+def _parses(target: str) -> bool:
+    """Whether urllib takes the request target apart (a local process may send anything)."""
+    try:
+        urlsplit(target)
+    except ValueError:
+        return False
+    return True
+
+
 def _answer(conn: socket.socket, status: str, page: bytes) -> None:
     conn.settimeout(_JOIN_SECONDS)
     kind = "text/html; charset=utf-8" if page else "text/plain"
@@ -258,6 +297,7 @@ def _answer(conn: socket.socket, status: str, page: bytes) -> None:
 def open_browser(authorization_url: str) -> None:
     """Open the system browser; say where to go when there is none."""
     if not webbrowser.open(authorization_url):
-        # The URL (state, code challenge, client id) goes to the user on stderr, never to a log.
+        # The URL (state, code challenge, client id) goes to the user on stderr, never to a log;
+        # escaped, as the authorization server's endpoint in it may carry terminal controls.
         logger.warning("could not open a browser to authorize with %s", redact_url(authorization_url))
-        print(f"Open this URL in a browser to authorize:\n{authorization_url}", file=sys.stderr)
+        print(f"Open this URL in a browser to authorize:\n{escape_unsafe(authorization_url)}", file=sys.stderr)

@@ -20,7 +20,8 @@ __all__ = ["authorization_code", "carries_state"]
 
 
 def carries_state(callback_url: str, state: str) -> bool:
-    """Whether ``callback_url`` carries ``state`` (once, and exactly): it answers our request."""
+    """Whether the authorization response at ``callback_url`` carries ``state``, once: whether
+    it can answer the request made with that state (anything else is a forgery, or stale)."""
     returned = parse_qs(urlsplit(callback_url).query, keep_blank_values=True).get("state", [])
     return len(returned) == 1 and secrets.compare_digest(returned[0].encode(), state.encode())
 
@@ -38,9 +39,9 @@ def authorization_code(callback_url: str, state: str, metadata: dict[str, Any]) 
             (``iss``), a refusal (``error``), or no code.
     """
     # Blank values kept: an empty iss is a wrong iss, not a missing one.
-    query = parse_qs(urlsplit(callback_url).query, keep_blank_values=True)
     if not carries_state(callback_url, state):
         raise AuthError("the authorization callback's state does not match the request (possible forgery)")
+    query = parse_qs(urlsplit(callback_url).query, keep_blank_values=True)
     _check_issuer(query.get("iss"), metadata)
     if "error" in query:
         error = peer_text(query["error"][0], 100)

@@ -29,7 +29,7 @@ import httpx
 
 from .._protocol._peer_text import peer_text
 from ._errors import AnswerRefused, AuthError
-from ._fetch import exchange, misbehaviour
+from ._fetch import exchange, misbehaviour, require_url
 from ._fetch import origin as shown_origin
 
 __all__ = [
@@ -45,8 +45,10 @@ __all__ = [
 
 logger = logging.getLogger("exmcp_actors.auth")
 
-# auth-param = token "=" ( token / quoted-string ), RFC 9110 section 11.2.
-_PARAM: Final = re.compile(r'([A-Za-z0-9_\-.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))')
+# auth-param = token "=" ( token / quoted-string ), RFC 9110 section 11.2. A name starts where
+# no name character precedes it: else every position of a long run of them (a hostile
+# challenge is up to a response head long) would start a match scanning to the run's end.
+_PARAM: Final = re.compile(r'(?<![A-Za-z0-9_\-.])([A-Za-z0-9_\-.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))')
 
 
 def parse_challenge(header: str | None) -> dict[str, str]:
@@ -207,6 +209,7 @@ def discover(http: httpx.Client, server: str, challenge: dict[str, str]) -> Disc
     if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
         raise AuthError("the protected resource metadata names no authorization server")
     issuer = servers[0]
+    require_url(issuer, "the protected resource metadata names as its authorization server")
     found = _fetch_as_metadata(http, issuer, lambda named: same_issuer(named, issuer))
     if found is None:
         raise AuthError(f"no authorization server metadata found for {peer_text(issuer)}")

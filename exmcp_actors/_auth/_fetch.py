@@ -32,8 +32,8 @@ import httpx
 
 from .._protocol._peer_text import peer_text
 from .._protocol._ratelog import RateLimitedLog
-from .._util._redact import redact_url
-from ._errors import AnswerRefused, CleartextRefused
+from .._util._redact import redact_text, redact_url
+from ._errors import AnswerRefused, AuthError, CleartextRefused
 
 __all__ = [
     "MAX_ANSWER_BYTES",
@@ -43,6 +43,7 @@ __all__ = [
     "oauth_client",
     "origin",
     "require_secure",
+    "require_url",
     "shown",
 ]
 
@@ -81,6 +82,21 @@ def is_loopback(host: str | None) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def require_url(url: str, what: str) -> None:
+    """Refuse ``url``, which a server supplied, unless both parsers it meets take it: urllib's
+    (compared, shown, given to authlib) and httpx's (requested).
+
+    Raises:
+        AuthError: ``what`` and the URL, escaped, without credentials or query, are named.
+    """
+    try:
+        urlsplit(url).port  # noqa: B018 (the port is only parsed when asked for)
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as exc:
+        # Not redact_url(): it needs the parse that failed.
+        raise AuthError(f"{what} {peer_text(redact_text(url), quote=True)} is no usable URL") from exc
 
 
 def require_secure(url: str, what: str) -> None:
@@ -257,9 +273,11 @@ def exchange(http: httpx.Client, method: str, url: str, **kwargs: Any) -> Answer
     """One request and its answer, read by streaming up to :data:`MAX_ANSWER_BYTES`.
 
     Raises:
+        AuthError: ``url`` is no usable URL (:func:`require_url`).
         AnswerRefused: the answer is larger than that, or encoded (not read further).
         httpx.HTTPError: the request failed (deadline included).
     """
+    require_url(url, "the request URL")
     with http.stream(method, url, **kwargs) as response:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":

@@ -33,10 +33,17 @@ from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser, reusable_redirect
 from ._callback import authorization_code
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
-from ._fetch import exchange, oauth_client, require_secure, shown
+from ._fetch import exchange, oauth_client, require_secure, require_url, shown
 from ._fetch import origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
-from ._tokens import JWT_BEARER, ClientIdentity, authorization_url, choose_auth_method, request_token
+from ._tokens import (
+    JWT_BEARER,
+    REGISTRATION_METHODS,
+    ClientIdentity,
+    authorization_url,
+    choose_auth_method,
+    request_token,
+)
 
 __all__ = ["OAuth"]
 
@@ -274,7 +281,8 @@ class OAuth:
             seen, count = self._step_ups.get(key, (frozenset(), 0))
             count = count + 1 if wanted == seen else 1
             if count > MAX_STEP_UPS:
-                raise AuthError(f"the server still refuses scope {' '.join(asked)!r} after {MAX_STEP_UPS} step-ups")
+                refused = peer_text(" ".join(asked), quote=True)  # the server's words, up to a header long
+                raise AuthError(f"the server still refuses scope {refused} after {MAX_STEP_UPS} step-ups")
             self._step_ups[key] = (wanted, count)
         supported = found.metadata.get("scopes_supported")
         if (
@@ -323,7 +331,7 @@ class OAuth:
 
     def _register(self, http: httpx.Client, endpoint: str, supported: Any, scope: str | None) -> ClientIdentity:
         methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
-        method = next((m for m in ("client_secret_basic", "client_secret_post", "none") if m in methods), "none")
+        method = next((m for m in REGISTRATION_METHODS if m in methods), "none")
         interactive = self.grant == "authorization_code"
         redirect = self._redirect() if interactive else None
         body: dict[str, Any] = {
@@ -355,6 +363,11 @@ class OAuth:
             chosen = "none"
         elif chosen == "none":
             chosen = "client_secret_basic"
+        if chosen not in REGISTRATION_METHODS:  # refused before it is saved, and reused by every flow
+            raise AuthError(
+                f"client registration at {shown(endpoint)} chose the token endpoint auth method"
+                f" {peer_text(chosen, 60, quote=True)}, which this client cannot use"
+            )
         return ClientIdentity(info["client_id"], secret, chosen, redirect_uri=redirect)
 
     def _grant(self, key: str, found: Discovery, identity: ClientIdentity, scope: str | None) -> dict[str, Any]:
@@ -379,6 +392,7 @@ class OAuth:
         token_endpoint = found.endpoint("token_endpoint")
         if endpoint is None or token_endpoint is None:
             raise AuthError("the authorization server metadata has no authorization_endpoint")
+        require_url(endpoint, "the authorization_endpoint")  # before authlib takes it apart
         from authlib.common.security import generate_token  # on first use: see _tokens.py
 
         redirect = self._redirect()
@@ -405,6 +419,8 @@ class OAuth:
                 return str(self._on_authorize(url))
             except Exception as exc:
                 raise AuthError(f"on_authorize failed: {type(exc).__name__}") from exc
+        # Only the response to this request ends the wait: any local process can reach the
+        # listener, and a forged callback taken first would fail the flow.
         listener = LoopbackListener(redirect, state)
         open_browser(url)
         return listener.wait(redirect, self.authorize_timeout)
@@ -424,6 +440,8 @@ class OAuth:
         token_endpoint = record.get("token_endpoint")
         if not isinstance(token_endpoint, str) or not client.get("client_id"):
             raise AuthError("nothing known of the authorization server to refresh with")
+        if not isinstance(tokens.get("refresh_token"), str):  # a server's answer, kept as it came
+            raise AuthError("the refresh token is not a string: there is nothing to refresh with")
         identity = ClientIdentity(
             client["client_id"],
             client.get("client_secret"),

@@ -15,6 +15,8 @@ with its own exceptions and unredacted loggers.
 from __future__ import annotations
 
 import functools
+import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -26,12 +28,22 @@ from .._protocol._peer_text import peer_text
 from ._errors import AuthError
 from ._fetch import Answer, exchange, oauth_client, shown
 
-__all__ = ["JWT_BEARER", "ClientIdentity", "authorization_url", "choose_auth_method", "request_token"]
+__all__ = [
+    "JWT_BEARER",
+    "REGISTRATION_METHODS",
+    "ClientIdentity",
+    "authorization_url",
+    "choose_auth_method",
+    "request_token",
+]
 
 #: RFC 7523 authorization grant (cross-app access hands an ID-JAG with it).
 JWT_BEARER: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 _SECRET_METHODS: Final = ("client_secret_basic", "client_secret_post")
+#: The token endpoint auth methods of a client without a key (a registered one), in the order preferred.
+REGISTRATION_METHODS: Final = (*_SECRET_METHODS, "none")
+_BEARER_TOKEN: Final = re.compile("[\x21-\x7e]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +123,29 @@ class _TokenAnswer:
         value = self._answer.json()
         if value is None:
             raise ValueError("the token response is not JSON")
+        if isinstance(value, dict):
+            for name in ("expires_in", "expires_at"):
+                if not _usable_lifetime(value.get(name)):
+                    # authlib converts both with int(): a list, an object or an infinity
+                    # would escape it as a TypeError or an OverflowError.
+                    raise ValueError(f"the token response's {name} is not a number")
         return value
 
     def raise_for_status(self) -> None:
         if self.status_code >= 400:
             raise AuthError(f"the token endpoint {shown(self._url)} answered HTTP {self.status_code}")
+
+
+def _usable_lifetime(value: Any) -> bool:
+    """Absent, a finite number, or a string (authlib refuses one that is no number, as a ValueError)."""
+    return value is None or isinstance(value, str) or (isinstance(value, int | float) and math.isfinite(value))
+
+
+def _is_bearer_token(value: Any) -> bool:
+    """One or more visible ASCII characters: what can go after ``Bearer `` in a header (RFC 6750
+    section 2.1 asks for fewer still). A space, a control or a CR LF would split the header (the
+    WebSocket upgrade writes it as it is) or make the HTTP client refuse it quoting the token."""
+    return isinstance(value, str) and _BEARER_TOKEN.fullmatch(value) is not None
 
 
 @functools.cache
@@ -174,10 +204,16 @@ def request_token(
     from authlib.oauth2.rfc7523 import PrivateKeyJWT
     from joserfc.errors import JoseError
 
+    if identity.auth_method not in (*REGISTRATION_METHODS, "private_key_jwt"):
+        # authlib would take an unknown name for a callable (a TypeError): a registration
+        # answer or a stored record may name any.
+        shown_method = peer_text(identity.auth_method, 60, quote=True)
+        raise AuthError(f"the token endpoint auth method {shown_method} is not one this client can use")
     secret: Any = identity.client_secret
     method: Any = identity.auth_method
     if identity.auth_method == "private_key_jwt":
-        assert identity.private_key_pem is not None
+        if identity.private_key_pem is None:
+            raise AuthError("the client authenticates with private_key_jwt, but no private_key_pem was given")
         secret, alg = _signing_key(identity.private_key_pem, identity.signing_algorithm)
         # The audience is the issuer, as the MCP extension asks. A fresh object
         # per request: authlib stores the jti it adds in ``claims``.
@@ -205,8 +241,12 @@ def request_token(
         except (ValueError, JoseError) as exc:  # an unusable key or token response
             raise AuthError(f"the {grant_type} token request failed: {type(exc).__name__}") from exc
     result = dict(token)
-    if not isinstance(result.get("access_token"), str):
+    if "access_token" not in result:
         raise AuthError("the token response has no access_token")
+    if not _is_bearer_token(result["access_token"]):
+        raise AuthError(
+            "the token response's access_token is no bearer token (RFC 6750: visible ASCII, one or more characters)"
+        )
     if "expires_at" not in result and isinstance(result.get("expires_in"), int | float):
         result["expires_at"] = time.time() + float(result["expires_in"])
     return result

@@ -50,8 +50,11 @@ LOGGERS: Final = (
 PREFIXES: Final = ("exmcp_actors", "httpx", "httpcore", "hpack", "websocket", "authlib", "httpx2", "httpcore2")
 MASK: Final = "***"
 
-# scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote.
-_URL = re.compile(r"""(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s@'"<>]*@)?(?P<rest>[^\s'"<>]*)""")
+# scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote. The
+# head is the whole run of scheme characters before "://", started where none precedes it:
+# with a word boundary instead, each "." or "+" of a long run of them (a server's reason
+# phrase in httpx's record) started a match scanning to the run's end, quadratic in its length.
+_URL = re.compile(r"""(?P<head>(?<![a-zA-Z0-9+.-])[a-zA-Z0-9+.-]*://)(?P<user>[^/\s@'"<>]*@)?(?P<rest>[^\s'"<>]*)""")
 # httpcore's header lists: (b'name', b'value').
 _HEADER_PAIR = re.compile(r"""\((b?)(['"])([^'"]*)\2, b?(['"]).*?\4\)""")
 # The request line of a dumped HTTP head: "GET /mcp?token=x HTTP/1.1".
