@@ -21,10 +21,12 @@ from helpers_transport import (
     hostile_tcp_peer,
     join_exmcp_threads,
     upgrade_answer,
+    ws_accept_for,
 )
 
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport.websocket._connection import WebSocketTransport
+from exmcp_actors._transport.websocket._handshake import MAX_LINE, Deadline, read_head
 
 
 @pytest.fixture(autouse=True)
@@ -172,6 +174,88 @@ def test_an_answer_breaking_the_upgrade_is_refused(extra: tuple[str, ...], error
 
     with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError, match=error):
         open_transport(peer)
+
+
+#: Answers that break RFC 6455 section 4.1 (or HTTP itself) in one place, and what the error says.
+BROKEN_ANSWERS = {
+    "another protocol beside websocket": (b"Upgrade: websocket", b"Upgrade: websocket, h2c", "websocket alone"),
+    "no Upgrade": (b"Upgrade: websocket\r\n", b"", "Upgrade: none"),
+    "a 101 in HTTP/1.0": (b"HTTP/1.1 101", b"HTTP/1.0 101", "switched protocols in HTTP/1.0"),
+    "a version that is not HTTP/1.x": (b"HTTP/1.1 101", b"HTTP/1.9 101", "is not HTTP"),
+    "a status of non-ASCII digits": (b"HTTP/1.1 101", b"HTTP/1.1 \xb9\xb2\xb3", "is not HTTP"),
+    "a NUL in a header value": (b"Connection: Upgrade", b"Connection: Upgrade\r\nX-A: a\0b", "malformed header"),
+    "a lone CR in a header value": (b"Connection: Upgrade", b"Connection: Upgrade\r\nX-A: a\rb", "malformed header"),
+    "the accept key in lower case": (b"Sec-WebSocket-Accept: ", b"Sec-WebSocket-Accept: ", "does not match"),
+    "an unoffered subprotocol": (b"Protocol: mcp", b"Protocol: chat", "subprotocol 'mcp'"),
+    "the subprotocol in upper case": (b"Protocol: mcp", b"Protocol: MCP", "subprotocol 'mcp'"),
+    "no subprotocol": (b"Sec-WebSocket-Protocol: mcp\r\n", b"", "it chose none"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_ANSWERS)
+def test_an_answer_breaking_rfc_6455_or_http_is_refused(case: str) -> None:
+    old, new, error = BROKEN_ANSWERS[case]
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        answer = upgrade_answer(head).replace(old, new, 1)
+        if case == "the accept key in lower case":
+            accept = ws_accept_for(head).encode()
+            answer = answer.replace(accept, accept.lower())
+        conn.sendall(answer)
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError, match=error):
+        open_transport(peer)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["a bare LF ending every line", "a 101 without a reason", "Connection with another token", "spaces around values"],
+)
+def test_an_answer_http_allows_is_taken(case: str) -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        answer = upgrade_answer(head)
+        if case == "a bare LF ending every line":
+            answer = answer.replace(b"\r\n", b"\n")
+        elif case == "a 101 without a reason":
+            answer = answer.replace(b"101 Switching Protocols", b"101")
+        elif case == "Connection with another token":
+            answer = answer.replace(b"Connection: Upgrade", b"Connection: keep-alive, upgrade")
+        else:
+            answer = answer.replace(b": ", b":  \t")
+        conn.sendall(answer)
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer:
+        open_transport(peer)
+
+
+class ChunkedSocket:
+    """Just what ``read_head`` uses of a socket: each ``recv`` returns the next chunk."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def recv(self, size: int) -> bytes:
+        chunk = self._chunks.pop(0) if self._chunks else b""
+        assert len(chunk) <= size
+        return chunk
+
+
+@pytest.mark.parametrize("split", ["before the CR", "between the CR and the LF", "after the LF"])
+def test_a_line_of_8192_bytes_is_taken_wherever_tcp_splits_it(split: str) -> None:
+    status = b"HTTP/1.1 101 Switching Protocols\r\n"
+    line = b"X-Long: " + b"a" * (MAX_LINE - len("X-Long: "))
+    answer = status + line + b"\r\n\r\n"
+    cut = len(status) + len(line) + {"before the CR": 0, "between the CR and the LF": 1, "after the LF": 2}[split]
+    chunks = [answer[i : min(i + 4096, cut)] for i in range(0, cut, 4096)] + [answer[cut:]]
+
+    lines, rest = read_head(ChunkedSocket(chunks), Deadline(WAIT))  # type: ignore[arg-type]
+
+    assert lines == [status[:-2], line] and rest == b""
 
 
 def test_a_wrong_accept_key_is_refused() -> None:

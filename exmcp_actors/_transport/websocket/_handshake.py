@@ -99,6 +99,7 @@ class Head:
     status: int
     reason: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    version: str = "HTTP/1.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +240,9 @@ def read_head(sock: socket.socket, deadline: Deadline) -> tuple[list[bytes], byt
     while True:
         end = buffer.find(b"\n", scan)
         if end < 0:
-            if len(buffer) - start > MAX_LINE:
+            # Room for a CR whose LF is still on the way: where TCP splits the bytes must not
+            # decide whether a line of MAX_LINE bytes is taken.
+            if len(buffer) - start > MAX_LINE + 1:
                 raise HandshakeError(f"the server's handshake answer has a line longer than {MAX_LINE} bytes")
             scan = len(buffer)
             sock.settimeout(deadline.left(waiting_for))
@@ -263,22 +266,24 @@ def read_head(sock: socket.socket, deadline: Deadline) -> tuple[list[bytes], byt
 
 
 def parse_head(lines: list[bytes]) -> Head:
-    """Status line and headers; anything that is not HTTP/1.1 is a :class:`HandshakeError`."""
+    """Status line and headers; anything but HTTP/1.0 or HTTP/1.1 with a three-digit status, or
+    a header line that is not ``token: value``, is a :class:`HandshakeError`. A NUL or CR in a
+    value is refused too (RFC 9110 section 5.5: a recipient must not take it)."""
     if not lines:
         raise HandshakeError("the server's handshake answer is empty")
     version, _, rest = lines[0].decode("latin-1").partition(" ")
     code, _, reason = rest.partition(" ")
-    if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not (code.isascii() and code.isdigit()):
         raise HandshakeError(f"the server's handshake answer is not HTTP: {peer_text(lines[0].decode('latin-1'))!r}")
     headers: dict[str, str] = {}
     for raw in lines[1:]:
         text = raw.decode("latin-1")
         name, colon, value = text.partition(":")
-        if not colon or not name or not _TOKEN_CHARS.issuperset(name):
+        if not colon or not name or not _TOKEN_CHARS.issuperset(name) or "\0" in value or "\r" in value:
             raise HandshakeError(f"the server's handshake answer has a malformed header line: {peer_text(text)!r}")
         name, value = name.lower(), value.strip(" \t")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return Head(int(code), reason, headers)
+    return Head(int(code), reason, headers, version)
 
 
 def _tokens(value: str | None) -> list[str]:
@@ -298,9 +303,13 @@ def check_upgrade(head: Head, key: str, subprotocol: str) -> str:
             head.status,
             head.headers,
         )
+    if head.version != "HTTP/1.1":
+        raise HandshakeError(f"the server switched protocols in {head.version}: the WebSocket upgrade is HTTP/1.1")
     headers = head.headers
-    if "websocket" not in _tokens(headers.get("upgrade")):
-        raise HandshakeError("the server's answer does not upgrade to websocket (no Upgrade: websocket)")
+    upgrade = headers.get("upgrade")
+    if upgrade is None or upgrade.lower() != "websocket":  # that one value, no other protocol beside it
+        shown = "none" if upgrade is None else repr(peer_text(upgrade))
+        raise HandshakeError(f"the server's answer does not upgrade to websocket alone (Upgrade: {shown})")
     if "upgrade" not in _tokens(headers.get("connection")):
         raise HandshakeError("the server's answer does not upgrade the connection (no Connection: Upgrade)")
     expected = base64.b64encode(hashlib.sha1((key + _GUID).encode("ascii")).digest()).decode("ascii")
