@@ -20,6 +20,7 @@ from helpers_transport import (
     RecordingSink,
     hostile_tcp_peer,
     join_exmcp_threads,
+    unanswered_port,
     upgrade_answer,
     ws_accept_for,
 )
@@ -51,6 +52,11 @@ def answer_then_hold(answer: bytes) -> Any:
         stop.wait()
 
     return behave
+
+
+def answer_then_upgrade(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+    conn.sendall(upgrade_answer(head))
+    stop.wait()
 
 
 # -- bounds on the head ------------------------------------------------------------------
@@ -279,6 +285,25 @@ def test_control_characters_of_the_servers_reason_are_escaped() -> None:
         open_transport(peer)
 
     assert "\x1b" not in str(info.value) and "\\x1b[2Jgone" in str(info.value)
+
+
+# -- the TCP connection ----------------------------------------------------------------------
+
+
+def test_an_address_that_never_answers_does_not_keep_the_next_from_being_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    with unanswered_port() as black_hole, hostile_tcp_peer(answer_then_upgrade) as server:
+        addresses = [("127.0.0.1", black_hole), ("127.0.0.1", server.port)]
+        real = socket.getaddrinfo
+
+        def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+            if host != "two.example":
+                return real(host, *args, **kwargs)
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address) for address in addresses]
+
+        monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+        open_transport(server, timeout=2.0, host="two.example")
+
+    assert len(server.heads) == 1
 
 
 # -- cookies -------------------------------------------------------------------------------

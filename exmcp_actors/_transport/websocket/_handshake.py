@@ -153,19 +153,24 @@ def open_websocket(
 
 
 def _connect_tcp(host: str, port: int, deadline: Deadline) -> socket.socket:
-    """A TCP connection to the first address that takes one, all tries before the deadline."""
+    """A TCP connection to the first address that takes one, all tries before the deadline.
+
+    Each address gets its share of the time left (the last one all of it): one that never
+    answers (a black-holed IPv6 address, a hostile name's decoy) cannot keep the next from
+    being tried."""
     waiting_for = f"a TCP connection to {host}:{port}"
     error: OSError | None = None
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+    addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    for index, (family, kind, proto, _, address) in enumerate(addresses):
+        last = index == len(addresses) - 1
         sock = socket.socket(family, kind, proto)
         try:
-            sock.settimeout(deadline.left(waiting_for))
+            sock.settimeout(deadline.left(waiting_for) / (len(addresses) - index))
             sock.connect(address)
-        except TimeoutError:
-            sock.close()
-            raise deadline.expired(waiting_for) from None
         except BaseException as exc:
             sock.close()
+            if isinstance(exc, TimeoutError) and last:
+                raise deadline.expired(waiting_for) from None
             if not isinstance(exc, OSError):
                 raise
             error = exc
