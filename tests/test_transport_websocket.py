@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import ssl
 import struct
 import threading
@@ -448,6 +449,47 @@ def test_close_completes_the_closing_handshake_with_a_real_server(
         assert done.wait(WAIT)
         assert codes == [1000]
         assert sink.lost == []
+
+
+def still_open_after_the_closing_handshake(conn: socket.socket) -> bool:
+    """Whether the client, its closing handshake done, leaves the TCP close to the server
+    (RFC 6455 section 7.1.1): nothing more arrives, no FIN, within a short look."""
+    conn.settimeout(0.3)
+    try:
+        return conn.recv(1) == b"X"  # anything at all (b"": the client closed) is a failure
+    except TimeoutError:
+        return True
+
+
+def test_after_the_servers_close_the_client_answers_once_and_waits_for_the_tcp_close(
+    make: MakeTransport, raw_peer: RawWsPeer
+) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None, close_timeout=WAIT)
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 1001) + b"going away"))
+
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1000))
+    assert "code 1001" in sink.wait_lost()
+    assert still_open_after_the_closing_handshake(raw_peer.wait_connected())
+
+    raw_peer.drop()
+    assert join_exmcp_threads() == []
+
+
+def test_close_waits_for_the_servers_tcp_close_after_its_close_frame(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    transport, sink = opened(make, raw_peer.url, heartbeat_interval=None, close_timeout=WAIT)
+    closer = threading.Thread(target=transport.close, name="test-close")
+    closer.start()
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1000))
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 1000)))
+
+    assert still_open_after_the_closing_handshake(raw_peer.wait_connected())
+
+    started = time.monotonic()
+    raw_peer.drop()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    assert time.monotonic() - started < WAIT / 2  # ended by the TCP close, not close_timeout
+    assert sink.lost == []
 
 
 def test_close_is_bounded_when_the_peer_never_answers(make: MakeTransport, raw_peer: RawWsPeer) -> None:

@@ -376,7 +376,7 @@ class _WsConnection:
                     end = self._handle(events)
                     if end is not None:
                         self._reader_lost(end)
-                        if self._failed:
+                        if parser.done:  # a close frame came, or we failed the connection
                             self._wait_for_the_peer_to_close(sock)
                         return
                 data = self._recv(sock)
@@ -427,8 +427,10 @@ class _WsConnection:
         return f"connection failed: {reason}; closed it with status {status}"
 
     def _wait_for_the_peer_to_close(self, sock: socket.socket) -> None:
-        """After failing the connection: drop what arrives until the server closes it, as a
-        client should (the websockets library waits the same way), within ``close_timeout``."""
+        """After the closing handshake, or failing the connection: drop what arrives until the
+        server closes the TCP connection, as a client should (RFC 6455 section 7.1.1: the
+        server closes first, and holds the TIME_WAIT; the websockets library waits the same
+        way), within ``close_timeout``."""
         self._close_wait.arm(self.t.close_timeout, self._abort)
         with contextlib.suppress(OSError):
             while self._recv(sock):
@@ -452,12 +454,12 @@ class _WsConnection:
             self.delivering = False
 
     def _peer_closed(self, payload: bytes) -> str:
-        """Answer the peer's close frame (unless ours went first) and say why the link ended."""
+        """Have the peer's close frame answered (unless ours went first) and say why the link
+        ended. The writer answers, after what is queued: nothing may follow a close frame."""
         if self._close_status is None:
-            try:
-                self.ws.send_close(websocket.STATUS_NORMAL)
-            except _IO_ERRORS as exc:
-                logger.debug("%s: could not answer the close frame: %r", self.label, exc)
+            self._stop.set()  # no more heartbeat
+            self._close_status = websocket.STATUS_NORMAL
+            self.writer.stop()
         return f"peer closed the connection ({close_frame_text(payload)})"
 
     def _reader_lost(self, what: str) -> None:
