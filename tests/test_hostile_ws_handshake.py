@@ -20,6 +20,8 @@ from helpers_transport import (
     RecordingSink,
     hostile_tcp_peer,
     join_exmcp_threads,
+    make_tls_files,
+    stalling_tls_peer,
     unanswered_port,
     upgrade_answer,
     ws_accept_for,
@@ -304,6 +306,92 @@ def test_an_address_that_never_answers_does_not_keep_the_next_from_being_tried(m
         open_transport(server, timeout=2.0, host="two.example")
 
     assert len(server.heads) == 1
+
+
+# -- abort_open: a shutdown wakes an open at any step -----------------------------------------
+
+
+def connects_in_syn_sent(port: int) -> int:
+    """How many connections to 127.0.0.1:``port`` are in SYN_SENT (Linux's /proc/net/tcp)."""
+    wanted = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as table:
+        rows = [row.split() for row in table.read().splitlines()[1:]]
+    return sum(1 for fields in rows if fields[2] == wanted and fields[3] == "02")
+
+
+def set_once_one_more_syn_is_sent(port: int, before: int, event: threading.Event) -> None:
+    """Set ``event`` once one more connection to ``port`` than ``before`` is in SYN_SENT: the
+    open's connect is then blocked in the kernel, where an abort must reach it."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and not event.wait(0.01):
+        if connects_in_syn_sent(port) > before:
+            event.set()
+
+
+@contextlib.contextmanager
+def hanging_open(step: str, tmp_path: Any) -> Iterator[tuple[WebSocketTransport, threading.Event]]:
+    """A transport whose open hangs at ``step``, and the event set once it hangs there."""
+    if step == "tcp connect":
+        with unanswered_port() as port:
+            reached = threading.Event()
+            fillers = connects_in_syn_sent(port)  # the backlog's own, before the open starts
+            watcher = threading.Thread(target=set_once_one_more_syn_is_sent, args=(port, fillers, reached), daemon=True)
+            watcher.start()
+            yield WebSocketTransport(f"ws://127.0.0.1:{port}/mcp", heartbeat_interval=None), reached
+            watcher.join(WAIT)
+    elif step == "tls handshake":
+        pytest.importorskip("cryptography")
+        ca, _, _ = make_tls_files(tmp_path)
+        with stalling_tls_peer() as peer:
+            url = f"wss://localhost:{peer.port}/mcp"
+            yield WebSocketTransport(url, heartbeat_interval=None, sslopt={"ca_certs": ca}), peer.hello_received
+    else:
+        asked = threading.Event()
+
+        def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+            asked.set()
+            stop.wait()
+
+        with hostile_tcp_peer(behave) as silent:
+            yield WebSocketTransport(f"ws://127.0.0.1:{silent.port}/mcp", heartbeat_interval=None), asked
+
+
+@pytest.mark.parametrize("step", ["tcp connect", "tls handshake", "upgrade answer"])
+def test_abort_open_ends_an_open_hanging_at_any_step(step: str, tmp_path: Any) -> None:
+    outcome: list[BaseException] = []
+    with hanging_open(step, tmp_path) as (transport, reached):
+
+        def attempt() -> None:
+            try:
+                transport.open(RecordingSink(), timeout=WAIT * 3)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        opener = threading.Thread(target=attempt, name="test-open", daemon=True)
+        opener.start()
+        assert reached.wait(WAIT)
+        started = time.monotonic()
+        transport.abort_open()
+        opener.join(WAIT)
+        elapsed = time.monotonic() - started
+        transport.close()
+
+    assert not opener.is_alive() and elapsed < 1.0, f"open() went on {elapsed:.1f}s after abort_open()"
+    [error] = outcome
+    assert isinstance(error, TransportError) and "abandoned" in str(error)
+
+
+def test_after_abort_open_opens_fail_until_close() -> None:
+    with hostile_tcp_peer(answer_then_upgrade) as server:
+        transport = WebSocketTransport(f"ws://127.0.0.1:{server.port}/mcp", heartbeat_interval=None)
+        transport.abort_open()
+        with pytest.raises(TransportError, match="abandoned"):
+            transport.open(RecordingSink(), timeout=WAIT)
+        assert server.heads == []
+
+        transport.close()
+        transport.open(RecordingSink(), timeout=WAIT)
+        transport.close()
 
 
 # -- cookies -------------------------------------------------------------------------------

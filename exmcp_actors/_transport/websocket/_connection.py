@@ -162,6 +162,11 @@ class WebSocketTransport(Transport):
         self.close_timeout = close_timeout
         self.max_batch_frames = max_batch_frames
         self._slot: ConnectionSlot[_WsConnection] = ConnectionSlot()
+        #: The deadline of an open in progress (``abort_open`` brings it forward), and whether
+        #: ``abort_open`` came: opens fail at once until the next ``close()``.
+        self._abort_lock = threading.Lock()
+        self._opening: Deadline | None = None
+        self._aborted = False
 
     @property
     def subprotocol(self) -> str | None:
@@ -173,9 +178,27 @@ class WebSocketTransport(Transport):
         """Connect a new socket and upgrade it within ``timeout`` seconds in all (the TCP
         connection, TLS, the handshake), ending any previous one."""
         self._slot.close()
-        conn = _WsConnection(self, sink)
-        conn.start(timeout)
+        deadline = Deadline(timeout)
+        with self._abort_lock:
+            if self._aborted:
+                raise TransportError(f"{self.describe()}: cannot connect: {deadline.abandoned()}")
+            self._opening = deadline
+        try:
+            conn = _WsConnection(self, sink)
+            conn.start(deadline)
+        finally:
+            with self._abort_lock:
+                self._opening = None
         self._slot.install(conn)
+
+    def abort_open(self) -> None:
+        """Make an ``open()`` in progress on another thread fail now, whatever step it is
+        blocked in (the TCP connection, TLS, the upgrade), and any open until ``close()``."""
+        with self._abort_lock:
+            self._aborted = True
+            deadline = self._opening
+        if deadline is not None:
+            deadline.abort()
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message as one text frame."""
@@ -186,6 +209,8 @@ class WebSocketTransport(Transport):
 
     def close(self) -> None:
         """Send a close frame (best effort), shut the socket down, join the threads. Idempotent."""
+        with self._abort_lock:
+            self._aborted = False
         self._slot.close()
 
     def describe(self) -> str:
@@ -238,13 +263,13 @@ class _WsConnection:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self, timeout: float) -> None:
-        """Connect and upgrade within ``timeout`` seconds in all (see ``_handshake``)."""
-        deadline = Deadline(timeout)
+    def start(self, deadline: Deadline) -> None:
+        """Connect and upgrade before ``deadline`` (see ``_handshake``)."""
         try:
             opened = self._connect(deadline)
         except (HandshakeError, *_IO_ERRORS, ValueError) as exc:
-            raise TransportError(f"{self.label}: cannot connect: {why_not_upgraded(self.t.url, exc)}") from exc
+            why = deadline.abandoned() if deadline.aborted else why_not_upgraded(self.t.url, exc)
+            raise TransportError(f"{self.label}: cannot connect: {why}") from exc
         self.sock = self.ws.sock = opened.sock
         self.ws.connected = True  # websocket-client frames and masks what we send from now on
         self.subprotocol = opened.subprotocol

@@ -31,11 +31,13 @@ Example:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import os
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -74,14 +76,21 @@ class HandshakeRefused(HandshakeError):
 
 
 class Deadline:
-    """The one deadline of an ``open()``: what each blocking step may still take."""
+    """The one deadline of an ``open()``: what each blocking step may still take. ``abort``
+    brings it forward to now, from another thread: the socket the open is blocked on is shut
+    down under it, and every later step fails at once."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._at = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self.aborted = False
 
     def left(self, waiting_for: str) -> float:
         """Seconds left; past the deadline, the error that names what was still awaited."""
+        if self.aborted:
+            raise self.abandoned()
         left = self._at - time.monotonic()
         if left <= 0:
             raise self.expired(waiting_for)
@@ -89,6 +98,29 @@ class Deadline:
 
     def expired(self, waiting_for: str) -> HandshakeError:
         return HandshakeError(f"gave up after {self.seconds:.1f}s waiting for {waiting_for}")
+
+    @staticmethod
+    def abandoned() -> HandshakeError:
+        return HandshakeError("the connect was abandoned: the transport is closing")
+
+    def watch(self, sock: socket.socket) -> None:
+        """``sock`` is the one the open blocks on from now on (after an abort: refused)."""
+        with self._lock:
+            if self.aborted:
+                raise self.abandoned()
+            self._socket = sock
+
+    def abort(self) -> None:
+        """Make the open fail now: shut down the socket it is blocked on (the base-class
+        method, which wakes a connect, a TLS handshake or a read), refuse every later step.
+        An abort in the instant between a socket's last check and its ``connect()`` call
+        finds it not yet connecting: that connect then runs out its share of the deadline."""
+        with self._lock:
+            self.aborted = True
+            sock = self._socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +197,7 @@ def _connect_tcp(host: str, port: int, deadline: Deadline) -> socket.socket:
         last = index == len(addresses) - 1
         sock = socket.socket(family, kind, proto)
         try:
+            deadline.watch(sock)
             sock.settimeout(deadline.left(waiting_for) / (len(addresses) - index))
             sock.connect(address)
         except BaseException as exc:
@@ -187,8 +220,9 @@ def _start_tls(sock: socket.socket, sslopt: Mapping[str, Any], host: str, deadli
     options = dict(sslopt, do_handshake_on_connect=False)
     tls: ssl.SSLSocket = websocket_http._ssl_socket(sock, options, host)
     waiting_for = "the TLS handshake"
-    tls.settimeout(deadline.left(waiting_for))
     try:
+        deadline.watch(tls)  # the wrap detached the plain socket: an abort must reach this one
+        tls.settimeout(deadline.left(waiting_for))
         tls.do_handshake()
     except TimeoutError:
         tls.close()
