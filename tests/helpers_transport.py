@@ -524,6 +524,8 @@ class RawWsPeer:
         self.url = f"ws://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
         self.conn: socket.socket | None = None
         self.request_headers: dict[str, str] = {}
+        #: Whether each client frame read had its mask bit set (RFC 6455 section 5.1: all must).
+        self.masked: list[bool] = []
         self.connected = threading.Event()
         self._buffer = b""
         self._thread = threading.Thread(target=self._accept, name="test-raw-ws", daemon=True)
@@ -602,6 +604,7 @@ class RawWsPeer:
             (size,) = struct.unpack("!H", self._read_exact(2))
         elif size == 127:
             (size,) = struct.unpack("!Q", self._read_exact(8))
+        self.masked.append(bool(second & 0x80))
         mask = self._read_exact(4) if second & 0x80 else b"\0\0\0\0"
         payload = bytes(b ^ mask[i % 4] for i, b in enumerate(self._read_exact(size)))
         return first & 0x0F, payload

@@ -34,7 +34,7 @@ from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport.websocket._connection import WebSocketTransport
 
 MakeTransport = Callable[..., WebSocketTransport]
-TEXT, BINARY, CONT, CLOSE, PING = 0x1, 0x2, 0x0, 0x8, 0x9
+TEXT, BINARY, CONT, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
 
 
 @pytest.fixture
@@ -116,6 +116,18 @@ def test_messages_go_out_as_compact_text_frames(make: MakeTransport, raw_peer: R
     transport.send({"a": "é", "b": [1, 2]})
 
     assert raw_peer.recv_frame() == (TEXT, '{"a":"é","b":[1,2]}'.encode())
+
+
+def test_every_frame_the_client_sends_is_masked(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    transport, _ = opened(make, raw_peer.url, heartbeat_interval=None)
+    transport.send({"data": True})
+    raw_peer.send_frames(raw_peer.frame(PING, b"are you there"))
+    received = [raw_peer.recv_frame(), raw_peer.recv_frame()]
+    transport.close()
+    received.append(raw_peer.recv_frame())
+
+    assert sorted(opcode for opcode, _ in received) == [TEXT, CLOSE, PONG]
+    assert raw_peer.masked == [True, True, True]
 
 
 def test_many_threads_may_send_at_once(make: MakeTransport) -> None:
@@ -286,6 +298,17 @@ def test_a_server_close_is_reported_once_with_its_code_and_reason(
         assert sink.frames == [{"last": 1}]
         assert join_exmcp_threads() == []
         assert sink.lost == [reason]
+
+
+def test_a_hostile_close_reason_reaches_the_loss_escaped(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None)
+    reason = "\x1b]0;owned\x07\r\nFORGED LINE \u202e".encode()
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 4000) + reason))
+
+    lost = sink.wait_lost()
+
+    assert "code 4000" in lost and "FORGED LINE" in lost
+    assert not any(c in lost for c in "\x1b\x07\r\n\u202e"), lost
 
 
 def test_a_dropped_tcp_connection_is_reported(make: MakeTransport, raw_peer: RawWsPeer) -> None:
