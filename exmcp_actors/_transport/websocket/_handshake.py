@@ -40,7 +40,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -121,6 +121,41 @@ class Deadline:
         if sock is not None:
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class OpenGate:
+    """A transport's opens, as another thread sees them: ``abort`` brings forward the deadline
+    of the open in progress and fails every later one, until ``reset`` (the next close)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._opening: Deadline | None = None
+        self._aborted = False
+
+    @contextlib.contextmanager
+    def opening(self, timeout: float) -> Iterator[Deadline]:
+        """The deadline of one open, abortable while the block runs."""
+        deadline = Deadline(timeout)
+        with self._lock:
+            if self._aborted:
+                raise deadline.abandoned()
+            self._opening = deadline
+        try:
+            yield deadline
+        finally:
+            with self._lock:
+                self._opening = None
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            deadline = self._opening
+        if deadline is not None:
+            deadline.abort()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._aborted = False
 
 
 @dataclass(frozen=True, slots=True)
