@@ -426,6 +426,68 @@ def hostile_tcp_peer(behave: Behaviour) -> Iterator[HostileTcpPeer]:
         peer.close()
 
 
+class StallingTlsPeer:
+    """A TCP server on 127.0.0.1 that accepts every connection, reads its first bytes and never
+    sends a byte: a TLS client's ClientHello is never answered, its handshake stalls.
+    ``hello_received`` is set once a client has sent its first bytes (it is then inside its
+    handshake); ``close()`` shuts every connection down and joins the thread."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)  # close() does not wake accept(): poll for the end
+        self.port: int = self._listener.getsockname()[1]
+        self.hello_received = threading.Event()
+        self._stop = threading.Event()
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="test-stalling-tls", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._conns.append(conn)
+            conn.settimeout(WAIT)
+            with contextlib.suppress(OSError):
+                if conn.recv(65536):
+                    self.hello_received.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT)
+        self._listener.close()
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+
+@contextlib.contextmanager
+def stalling_tls_peer() -> Iterator[StallingTlsPeer]:
+    peer = StallingTlsPeer()
+    try:
+        yield peer
+    finally:
+        peer.close()
+
+
+def threads_named(prefix: str) -> list[threading.Thread]:
+    """Live threads whose name starts with ``prefix``."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def join_threads_named(prefix: str, timeout: float) -> list[str]:
+    """Wait up to ``timeout`` for the threads named ``prefix...`` to end; return those still alive."""
+    deadline = time.monotonic() + timeout
+    for thread in threads_named(prefix):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threads_named(prefix)]
+
+
 @contextlib.contextmanager
 def unanswered_port() -> Iterator[int]:
     """A port on 127.0.0.1 where a TCP connect hangs: a listener that never accepts, its
@@ -462,6 +524,8 @@ class RawWsPeer:
         self.url = f"ws://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
         self.conn: socket.socket | None = None
         self.request_headers: dict[str, str] = {}
+        #: Whether each client frame read had its mask bit set (RFC 6455 section 5.1: all must).
+        self.masked: list[bool] = []
         self.connected = threading.Event()
         self._buffer = b""
         self._thread = threading.Thread(target=self._accept, name="test-raw-ws", daemon=True)
@@ -540,6 +604,7 @@ class RawWsPeer:
             (size,) = struct.unpack("!H", self._read_exact(2))
         elif size == 127:
             (size,) = struct.unpack("!Q", self._read_exact(8))
+        self.masked.append(bool(second & 0x80))
         mask = self._read_exact(4) if second & 0x80 else b"\0\0\0\0"
         payload = bytes(b ^ mask[i % 4] for i, b in enumerate(self._read_exact(size)))
         return first & 0x0F, payload

@@ -137,11 +137,14 @@ def answer_the_handshake(conn: ServerConnection) -> None:
 
 
 class OversizingServer:
-    """A WebSocket MCP server whose first connection, once ready, sends ``message`` (over
-    LIMIT) and records the close status the client answers with; later ones stay quiet."""
+    """A WebSocket MCP server whose first connection, once ready and told to ``go`` (the
+    host is listening by then: a loss before that would race its subscription), sends
+    ``message`` (over LIMIT) and records the close status the client answers with; later
+    ones stay quiet."""
 
     def __init__(self, message: Any) -> None:
         self.message = message
+        self.go = threading.Event()
         self.connections = 0
         self.close_codes: list[int | None] = []
         self.first_closed = threading.Event()
@@ -151,6 +154,7 @@ class OversizingServer:
         first = self.connections == 1
         answer_the_handshake(conn)
         if first:
+            assert self.go.wait(WAIT)
             with contextlib.suppress(ConnectionClosed):
                 conn.send(self.message)
                 conn.recv()
@@ -179,6 +183,7 @@ def test_an_oversized_message_closes_with_1009_and_the_client_reconnects(what: s
         client = mcp.connect(transport, protocol="legacy", backoff=FAST, connect_timeout=WAIT)
         try:
             listener = client.subscribe_notifications({"toolsListChanged": True})
+            server.go.set()
             reconnected = listener.get(timeout=WAIT)
             assert isinstance(reconnected, mcp.Reconnected), reconnected
             assert server.first_closed.wait(WAIT)
@@ -197,6 +202,7 @@ def test_with_reconnect_off_an_oversized_message_is_a_reported_close(what: str) 
         client = mcp.connect(transport, protocol="legacy", reconnect=False, connect_timeout=WAIT)
         try:
             listener = client.subscribe_notifications({"toolsListChanged": True})
+            server.go.set()
             closed = listener.get(timeout=WAIT)
             assert isinstance(closed, mcp.Closed), closed
             kind, why = closed.reason

@@ -20,11 +20,16 @@ from helpers_transport import (
     RecordingSink,
     hostile_tcp_peer,
     join_exmcp_threads,
+    make_tls_files,
+    stalling_tls_peer,
+    unanswered_port,
     upgrade_answer,
+    ws_accept_for,
 )
 
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport.websocket._connection import WebSocketTransport
+from exmcp_actors._transport.websocket._handshake import MAX_LINE, Deadline, read_head
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +54,11 @@ def answer_then_hold(answer: bytes) -> Any:
         stop.wait()
 
     return behave
+
+
+def answer_then_upgrade(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+    conn.sendall(upgrade_answer(head))
+    stop.wait()
 
 
 # -- bounds on the head ------------------------------------------------------------------
@@ -174,6 +184,88 @@ def test_an_answer_breaking_the_upgrade_is_refused(extra: tuple[str, ...], error
         open_transport(peer)
 
 
+#: Answers that break RFC 6455 section 4.1 (or HTTP itself) in one place, and what the error says.
+BROKEN_ANSWERS = {
+    "another protocol beside websocket": (b"Upgrade: websocket", b"Upgrade: websocket, h2c", "websocket alone"),
+    "no Upgrade": (b"Upgrade: websocket\r\n", b"", "Upgrade: none"),
+    "a 101 in HTTP/1.0": (b"HTTP/1.1 101", b"HTTP/1.0 101", "switched protocols in HTTP/1.0"),
+    "a version that is not HTTP/1.x": (b"HTTP/1.1 101", b"HTTP/1.9 101", "is not HTTP"),
+    "a status of non-ASCII digits": (b"HTTP/1.1 101", b"HTTP/1.1 \xb9\xb2\xb3", "is not HTTP"),
+    "a NUL in a header value": (b"Connection: Upgrade", b"Connection: Upgrade\r\nX-A: a\0b", "malformed header"),
+    "a lone CR in a header value": (b"Connection: Upgrade", b"Connection: Upgrade\r\nX-A: a\rb", "malformed header"),
+    "the accept key in lower case": (b"Sec-WebSocket-Accept: ", b"Sec-WebSocket-Accept: ", "does not match"),
+    "an unoffered subprotocol": (b"Protocol: mcp", b"Protocol: chat", "subprotocol 'mcp'"),
+    "the subprotocol in upper case": (b"Protocol: mcp", b"Protocol: MCP", "subprotocol 'mcp'"),
+    "no subprotocol": (b"Sec-WebSocket-Protocol: mcp\r\n", b"", "it chose none"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_ANSWERS)
+def test_an_answer_breaking_rfc_6455_or_http_is_refused(case: str) -> None:
+    old, new, error = BROKEN_ANSWERS[case]
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        answer = upgrade_answer(head).replace(old, new, 1)
+        if case == "the accept key in lower case":
+            accept = ws_accept_for(head).encode()
+            answer = answer.replace(accept, accept.lower())
+        conn.sendall(answer)
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError, match=error):
+        open_transport(peer)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["a bare LF ending every line", "a 101 without a reason", "Connection with another token", "spaces around values"],
+)
+def test_an_answer_http_allows_is_taken(case: str) -> None:
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        answer = upgrade_answer(head)
+        if case == "a bare LF ending every line":
+            answer = answer.replace(b"\r\n", b"\n")
+        elif case == "a 101 without a reason":
+            answer = answer.replace(b"101 Switching Protocols", b"101")
+        elif case == "Connection with another token":
+            answer = answer.replace(b"Connection: Upgrade", b"Connection: keep-alive, upgrade")
+        else:
+            answer = answer.replace(b": ", b":  \t")
+        conn.sendall(answer)
+        stop.wait()
+
+    with hostile_tcp_peer(behave) as peer:
+        open_transport(peer)
+
+
+class ChunkedSocket:
+    """Just what ``read_head`` uses of a socket: each ``recv`` returns the next chunk."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def recv(self, size: int) -> bytes:
+        chunk = self._chunks.pop(0) if self._chunks else b""
+        assert len(chunk) <= size
+        return chunk
+
+
+@pytest.mark.parametrize("split", ["before the CR", "between the CR and the LF", "after the LF"])
+def test_a_line_of_8192_bytes_is_taken_wherever_tcp_splits_it(split: str) -> None:
+    status = b"HTTP/1.1 101 Switching Protocols\r\n"
+    line = b"X-Long: " + b"a" * (MAX_LINE - len("X-Long: "))
+    answer = status + line + b"\r\n\r\n"
+    cut = len(status) + len(line) + {"before the CR": 0, "between the CR and the LF": 1, "after the LF": 2}[split]
+    chunks = [answer[i : min(i + 4096, cut)] for i in range(0, cut, 4096)] + [answer[cut:]]
+
+    lines, rest = read_head(ChunkedSocket(chunks), Deadline(WAIT))  # type: ignore[arg-type]
+
+    assert lines == [status[:-2], line] and rest == b""
+
+
 def test_a_wrong_accept_key_is_refused() -> None:
     with (
         hostile_tcp_peer(
@@ -195,6 +287,111 @@ def test_control_characters_of_the_servers_reason_are_escaped() -> None:
         open_transport(peer)
 
     assert "\x1b" not in str(info.value) and "\\x1b[2Jgone" in str(info.value)
+
+
+# -- the TCP connection ----------------------------------------------------------------------
+
+
+def test_an_address_that_never_answers_does_not_keep_the_next_from_being_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    with unanswered_port() as black_hole, hostile_tcp_peer(answer_then_upgrade) as server:
+        addresses = [("127.0.0.1", black_hole), ("127.0.0.1", server.port)]
+        real = socket.getaddrinfo
+
+        def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+            if host != "two.example":
+                return real(host, *args, **kwargs)
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address) for address in addresses]
+
+        monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+        open_transport(server, timeout=2.0, host="two.example")
+
+    assert len(server.heads) == 1
+
+
+# -- abort_open: a shutdown wakes an open at any step -----------------------------------------
+
+
+def connects_in_syn_sent(port: int) -> int:
+    """How many connections to 127.0.0.1:``port`` are in SYN_SENT (Linux's /proc/net/tcp)."""
+    wanted = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as table:
+        rows = [row.split() for row in table.read().splitlines()[1:]]
+    return sum(1 for fields in rows if fields[2] == wanted and fields[3] == "02")
+
+
+def set_once_one_more_syn_is_sent(port: int, before: int, event: threading.Event) -> None:
+    """Set ``event`` once one more connection to ``port`` than ``before`` is in SYN_SENT: the
+    open's connect is then blocked in the kernel, where an abort must reach it."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and not event.wait(0.01):
+        if connects_in_syn_sent(port) > before:
+            event.set()
+
+
+@contextlib.contextmanager
+def hanging_open(step: str, tmp_path: Any) -> Iterator[tuple[WebSocketTransport, threading.Event]]:
+    """A transport whose open hangs at ``step``, and the event set once it hangs there."""
+    if step == "tcp connect":
+        with unanswered_port() as port:
+            reached = threading.Event()
+            fillers = connects_in_syn_sent(port)  # the backlog's own, before the open starts
+            watcher = threading.Thread(target=set_once_one_more_syn_is_sent, args=(port, fillers, reached), daemon=True)
+            watcher.start()
+            yield WebSocketTransport(f"ws://127.0.0.1:{port}/mcp", heartbeat_interval=None), reached
+            watcher.join(WAIT)
+    elif step == "tls handshake":
+        pytest.importorskip("cryptography")
+        ca, _, _ = make_tls_files(tmp_path)
+        with stalling_tls_peer() as peer:
+            url = f"wss://localhost:{peer.port}/mcp"
+            yield WebSocketTransport(url, heartbeat_interval=None, sslopt={"ca_certs": ca}), peer.hello_received
+    else:
+        asked = threading.Event()
+
+        def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+            asked.set()
+            stop.wait()
+
+        with hostile_tcp_peer(behave) as silent:
+            yield WebSocketTransport(f"ws://127.0.0.1:{silent.port}/mcp", heartbeat_interval=None), asked
+
+
+@pytest.mark.parametrize("step", ["tcp connect", "tls handshake", "upgrade answer"])
+def test_abort_open_ends_an_open_hanging_at_any_step(step: str, tmp_path: Any) -> None:
+    outcome: list[BaseException] = []
+    with hanging_open(step, tmp_path) as (transport, reached):
+
+        def attempt() -> None:
+            try:
+                transport.open(RecordingSink(), timeout=WAIT * 3)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        opener = threading.Thread(target=attempt, name="test-open", daemon=True)
+        opener.start()
+        assert reached.wait(WAIT)
+        started = time.monotonic()
+        transport.abort_open()
+        opener.join(WAIT)
+        elapsed = time.monotonic() - started
+        transport.close()
+
+    assert not opener.is_alive() and elapsed < 1.0, f"open() went on {elapsed:.1f}s after abort_open()"
+    [error] = outcome
+    assert isinstance(error, TransportError) and "abandoned" in str(error)
+
+
+def test_after_abort_open_opens_fail_until_close() -> None:
+    with hostile_tcp_peer(answer_then_upgrade) as server:
+        transport = WebSocketTransport(f"ws://127.0.0.1:{server.port}/mcp", heartbeat_interval=None)
+        transport.abort_open()
+        with pytest.raises(TransportError, match="abandoned"):
+            transport.open(RecordingSink(), timeout=WAIT)
+        assert server.heads == []
+
+        transport.close()
+        transport.open(RecordingSink(), timeout=WAIT)
+        transport.close()
 
 
 # -- cookies -------------------------------------------------------------------------------

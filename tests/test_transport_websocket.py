@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import ssl
 import struct
 import threading
@@ -33,7 +34,7 @@ from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport.websocket._connection import WebSocketTransport
 
 MakeTransport = Callable[..., WebSocketTransport]
-TEXT, BINARY, CONT, CLOSE, PING = 0x1, 0x2, 0x0, 0x8, 0x9
+TEXT, BINARY, CONT, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
 
 
 @pytest.fixture
@@ -115,6 +116,18 @@ def test_messages_go_out_as_compact_text_frames(make: MakeTransport, raw_peer: R
     transport.send({"a": "é", "b": [1, 2]})
 
     assert raw_peer.recv_frame() == (TEXT, '{"a":"é","b":[1,2]}'.encode())
+
+
+def test_every_frame_the_client_sends_is_masked(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    transport, _ = opened(make, raw_peer.url, heartbeat_interval=None)
+    transport.send({"data": True})
+    raw_peer.send_frames(raw_peer.frame(PING, b"are you there"))
+    received = [raw_peer.recv_frame(), raw_peer.recv_frame()]
+    transport.close()
+    received.append(raw_peer.recv_frame())
+
+    assert sorted(opcode for opcode, _ in received) == [TEXT, CLOSE, PONG]
+    assert raw_peer.masked == [True, True, True]
 
 
 def test_many_threads_may_send_at_once(make: MakeTransport) -> None:
@@ -287,6 +300,17 @@ def test_a_server_close_is_reported_once_with_its_code_and_reason(
         assert sink.lost == [reason]
 
 
+def test_a_hostile_close_reason_reaches_the_loss_escaped(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None)
+    reason = "\x1b]0;owned\x07\r\nFORGED LINE \u202e".encode()
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 4000) + reason))
+
+    lost = sink.wait_lost()
+
+    assert "code 4000" in lost and "FORGED LINE" in lost
+    assert not any(c in lost for c in "\x1b\x07\r\n\u202e"), lost
+
+
 def test_a_dropped_tcp_connection_is_reported(make: MakeTransport, raw_peer: RawWsPeer) -> None:
     _, sink = opened(make, raw_peer.url, heartbeat_interval=None)
 
@@ -448,6 +472,47 @@ def test_close_completes_the_closing_handshake_with_a_real_server(
         assert done.wait(WAIT)
         assert codes == [1000]
         assert sink.lost == []
+
+
+def still_open_after_the_closing_handshake(conn: socket.socket) -> bool:
+    """Whether the client, its closing handshake done, leaves the TCP close to the server
+    (RFC 6455 section 7.1.1): nothing more arrives, no FIN, within a short look."""
+    conn.settimeout(0.3)
+    try:
+        return conn.recv(1) == b"X"  # anything at all (b"": the client closed) is a failure
+    except TimeoutError:
+        return True
+
+
+def test_after_the_servers_close_the_client_answers_once_and_waits_for_the_tcp_close(
+    make: MakeTransport, raw_peer: RawWsPeer
+) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None, close_timeout=WAIT)
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 1001) + b"going away"))
+
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1000))
+    assert "code 1001" in sink.wait_lost()
+    assert still_open_after_the_closing_handshake(raw_peer.wait_connected())
+
+    raw_peer.drop()
+    assert join_exmcp_threads() == []
+
+
+def test_close_waits_for_the_servers_tcp_close_after_its_close_frame(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    transport, sink = opened(make, raw_peer.url, heartbeat_interval=None, close_timeout=WAIT)
+    closer = threading.Thread(target=transport.close, name="test-close")
+    closer.start()
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1000))
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 1000)))
+
+    assert still_open_after_the_closing_handshake(raw_peer.wait_connected())
+
+    started = time.monotonic()
+    raw_peer.drop()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    assert time.monotonic() - started < WAIT / 2  # ended by the TCP close, not close_timeout
+    assert sink.lost == []
 
 
 def test_close_is_bounded_when_the_peer_never_answers(make: MakeTransport, raw_peer: RawWsPeer) -> None:

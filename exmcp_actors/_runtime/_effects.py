@@ -89,6 +89,9 @@ class Shell:
         self._sink: Callable[[int], FrameSink] | None = None
         #: The first open's deadline, then None: a reconnect's open gets connect_timeout.
         self._first_deadline = config.connect_deadline
+        #: A connector is inside ``transport.open()`` (a leaf lock, held for nothing else).
+        self._opening = False
+        self._opening_lock = threading.Lock()
 
     def attach(self, actor: pykka.ActorRef[Any], sink: Callable[[int], FrameSink]) -> None:
         """The client actor, which timers, connectors and proxies report to, and how to make
@@ -261,16 +264,34 @@ class Shell:
             started = None
             try:
                 self.transport.close()
+                with self._opening_lock:  # stopping is set before abort_open() looks here
+                    if self.stopping.is_set():
+                        return
+                    self._opening = True
                 started = time.monotonic()
                 self.transport.open(self._sink(generation), timeout=timeout)
             except BaseException as error:  # report every failure: the session decides what follows
                 out_of_time = started is not None and time.monotonic() - started >= timeout
                 self.tell_actor(ev.OpenFailed(generation, error, out_of_time))
                 return
+            finally:
+                with self._opening_lock:
+                    self._opening = False
             if self.stopping.is_set():
                 self.transport.close()
                 return
         self.tell_actor(ev.Opened(generation))
+
+    def abort_open(self) -> None:
+        """Once stopping is set: wake a connector blocked in ``transport.open()``, so that the
+        shutdown does not wait out the open's timeout (no open starts after this)."""
+        with self._opening_lock:
+            opening = self._opening
+        if opening:
+            try:
+                self.transport.abort_open()
+            except Exception:  # the shutdown must go on
+                logger.exception("%s: aborting the open in progress failed", self.name)
 
     def _arm_timer(self, session: Session, effect: ev.ArmTimer) -> None:
         if len(self.timers) >= _TIMER_SWEEP:

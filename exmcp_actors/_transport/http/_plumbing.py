@@ -8,7 +8,9 @@ socket and which thread last used it; ``cancel_stream`` and ``close`` shut
 those sockets down (``shutdown(SHUT_RDWR)``), which does wake the reader.
 Sockets still connecting are recorded too (the backend makes its own TCP
 connections): on Linux a shutdown wakes a blocked ``connect()`` as well, so
-``close`` never waits out a connect timeout for a server that does not answer.
+``close`` never waits out a connect timeout for a server that does not answer;
+and so is the TLS socket during its handshake (the stream wraps it itself), for a
+server that stalls there. After an abort no stream is taken on.
 Consequence: environment proxy settings (``HTTP_PROXY``...) are not used.
 """
 
@@ -42,6 +44,9 @@ class AbortableStream(httpcore.NetworkStream):
     def __init__(self, inner: httpcore.NetworkStream, backend: TrackingBackend) -> None:
         self._inner = inner
         self._backend = backend
+        #: The socket ``abort`` shuts down (during a TLS handshake: the TLS one).
+        extra = inner.get_extra_info("socket")
+        self.socket: socket.socket | None = extra if isinstance(extra, socket.socket) else None
         #: (thread id, monotonic deadline): reads by that thread time out then.
         self.deadline: tuple[int, float] | None = None
 
@@ -67,16 +72,38 @@ class AbortableStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
+        """TLS over this stream's socket, as httpcore's ``SyncStream.start_tls`` makes it, but
+        with the handshake still tracked: a close wakes a server that stalls in the middle of
+        it (httpcore's wrap detaches the plain socket first, out of ``abort``'s reach)."""
+        sock = self.socket
+        if sock is None or isinstance(sock, ssl.SSLSocket):  # TLS in TLS (a proxy): not used here
+            self._backend.forget(self)
+            return self._backend.track(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        tls: ssl.SSLSocket | None = None
+        try:
+            sock.settimeout(timeout)
+            tls = ssl_context.wrap_socket(sock, server_hostname=server_hostname, do_handshake_on_connect=False)
+            self._backend.swap_socket(self, tls)
+            tls.do_handshake()
+        except BaseException as exc:
+            self.close()
+            if tls is not None:  # it holds the socket now
+                tls.close()
+            if isinstance(exc, TimeoutError):
+                raise httpcore.ConnectTimeout(str(exc)) from exc
+            if isinstance(exc, OSError):
+                raise httpcore.ConnectError(str(exc)) from exc
+            raise
         self._backend.forget(self)
-        return self._backend.track(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        return self._backend.track(SyncStream(tls))
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
     def abort(self) -> None:
         """Shut the socket down: a thread blocked reading it wakes up with EOF or an error."""
-        sock = self._inner.get_extra_info("socket")
-        if isinstance(sock, socket.socket):
+        sock = self.socket
+        if sock is not None:
             try:
                 # The base-class method: ssl.SSLSocket.shutdown would also drop
                 # its SSL object under the feet of the reading thread.
@@ -100,11 +127,25 @@ class TrackingBackend(httpcore.NetworkBackend):
         self.current: dict[int, AbortableStream] = {}
 
     def track(self, inner: httpcore.NetworkStream) -> AbortableStream:
+        """Record a stream, so that ``abort_all`` reaches it; after an abort, none is taken
+        (a connect that ended just as the abort ran would otherwise outlive it, unseen)."""
         stream = AbortableStream(inner, self)
         with self._lock:
-            self._live.add(stream)
+            aborted = self._aborted
+            if not aborted:
+                self._live.add(stream)
+        if aborted:
+            inner.close()
+            raise httpcore.ConnectError("the transport is closing")
         self.current[threading.get_ident()] = stream
         return stream
+
+    def swap_socket(self, stream: AbortableStream, sock: socket.socket) -> None:
+        """Make ``sock`` the one ``stream``'s abort shuts down; after an abort, refused."""
+        with self._lock:
+            if self._aborted:
+                raise httpcore.ConnectError("the transport is closing")
+            stream.socket = sock
 
     def forget(self, stream: AbortableStream) -> None:
         with self._lock:

@@ -1,44 +1,29 @@
 """The WebSocket transport: subprotocol ``"mcp"``, one JSON-RPC message per text frame.
 
-The connection and the opening handshake are made here (``_handshake``: bounded,
-under the one deadline of ``open()``, no cookie jar); websocket-client's low-level
-:class:`websocket.WebSocket` (not ``WebSocketApp``, whose automatic reconnect hides
-errors) frames every send, with the lessons measured on it:
+The connection and the opening handshake are made in ``_handshake`` (bounded, under the
+one deadline of ``open()``, no cookie jar); websocket-client's low-level
+:class:`websocket.WebSocket` (not ``WebSocketApp``, whose automatic reconnect hides errors)
+frames and masks every send. The socket stays blocking after the handshake (a send that
+timed out midway would leave half a frame on the wire); a dead peer is found by the
+heartbeat, and the socket shut down under the blocked reader (``abort``).
 
-- the socket stays blocking after the handshake: a send that times out midway would
-  leave half a frame on the wire;
-- dead peers are found by a heartbeat, and the socket is then shut down under the
-  blocked reader (``abort``);
-- the reader catches ``OSError`` as well as WebSocket exceptions.
+Receiving skips websocket-client (its ``recv_data_frame`` costs about 10 us of CPU a
+frame): the reader reads 64 KiB at a time and parses every whole frame with
+:class:`FrameParser` (``_frames``), about 2 us a message. UTF-8 is checked as a message
+is decoded; bad UTF-8, or a binary frame that is not UTF-8 JSON, becomes an InvalidFrame.
 
-Receiving does not go through websocket-client: its ``recv_data_frame`` costs about
-10 us of CPU per frame. The reader reads the socket itself, 64 KiB at a time, and
-parses every whole frame of each read with :class:`FrameParser` (``_frames``), about
-2 us per message all told. UTF-8 is checked when a message is decoded; bad UTF-8
-becomes an InvalidFrame.
-
-Threads per connection (all daemons, all ended by ``close()`` or by the loss):
-
-- ``exmcp-ws-reader``: reads up to 64 KiB (and what TLS has already decrypted),
-  hands every message completed by that read to the sink in one call (at most
-  ``max_batch_frames`` per call), answers pings;
-- ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one thread only
-  because websocket-client sends must be serialised;
-- no heartbeat thread: the process-wide scheduler (``_scheduler``) asks for a ping
-  every ``heartbeat_interval``; if no complete frame (pong or other) arrives within
-  ``heartbeat_timeout`` after it, reports the loss and aborts the socket. A peer that
-  falls silent, or only trickles the bytes of an unfinished frame, is so detected
-  within ``heartbeat_interval + heartbeat_timeout``.
-
-Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
-servers send JSON in binary frames; anything else becomes an InvalidFrame.
+Threads per connection (daemons, ended by ``close()`` or by the loss): ``exmcp-ws-reader``
+(hands every message of a read to the sink in one call, at most ``max_batch_frames``, and
+answers pings) and ``exmcp-ws-writer`` (queued messages, pings, the close frame: one
+thread, as websocket-client sends must be serialised). The heartbeat runs on the shared
+scheduler: a ping every ``heartbeat_interval``; no complete frame ``heartbeat_timeout``
+after it (a trickled unfinished frame does not count), and the loss is reported.
 
 A message over ``max_frame_bytes`` or a broken frame fails the connection (RFC 6455
 section 7.1.7, as websockets and aiohttp do): an InvalidFrame, the loss reported at once
 (the client reconnects under its policy), a close frame with status 1009 (message too big)
-or 1002 (protocol error), and what still arrives dropped until the server closes, for
-``close_timeout`` at most. Skipped instead, a message that never ends would leave the
-connection up but deaf.
+or 1002 (protocol error). After that, as after any closing handshake, what arrives is
+dropped until the server closes the TCP connection, for ``close_timeout`` at most.
 """
 
 from __future__ import annotations
@@ -84,7 +69,15 @@ from ._frames import (
     WsEvent,
     close_frame_text,
 )
-from ._handshake import Deadline, HandshakeError, HandshakeRefused, Opened, open_websocket, why_not_upgraded
+from ._handshake import (
+    Deadline,
+    HandshakeError,
+    HandshakeRefused,
+    Opened,
+    OpenGate,
+    open_websocket,
+    why_not_upgraded,
+)
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
 SUBPROTOCOL: Final = "mcp"
@@ -162,6 +155,7 @@ class WebSocketTransport(Transport):
         self.close_timeout = close_timeout
         self.max_batch_frames = max_batch_frames
         self._slot: ConnectionSlot[_WsConnection] = ConnectionSlot()
+        self._gate = OpenGate()
 
     @property
     def subprotocol(self) -> str | None:
@@ -174,8 +168,17 @@ class WebSocketTransport(Transport):
         connection, TLS, the handshake), ending any previous one."""
         self._slot.close()
         conn = _WsConnection(self, sink)
-        conn.start(timeout)
+        try:
+            with self._gate.opening(timeout) as deadline:
+                conn.start(deadline)
+        except HandshakeError as exc:  # aborted before it began
+            raise TransportError(f"{self.describe()}: cannot connect: {exc}") from exc
         self._slot.install(conn)
+
+    def abort_open(self) -> None:
+        """Make an ``open()`` in progress on another thread fail now, whatever step it is
+        blocked in (the TCP connection, TLS, the upgrade), and any open until ``close()``."""
+        self._gate.abort()
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message as one text frame."""
@@ -186,6 +189,7 @@ class WebSocketTransport(Transport):
 
     def close(self) -> None:
         """Send a close frame (best effort), shut the socket down, join the threads. Idempotent."""
+        self._gate.reset()
         self._slot.close()
 
     def describe(self) -> str:
@@ -238,13 +242,13 @@ class _WsConnection:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self, timeout: float) -> None:
-        """Connect and upgrade within ``timeout`` seconds in all (see ``_handshake``)."""
-        deadline = Deadline(timeout)
+    def start(self, deadline: Deadline) -> None:
+        """Connect and upgrade before ``deadline`` (see ``_handshake``)."""
         try:
             opened = self._connect(deadline)
         except (HandshakeError, *_IO_ERRORS, ValueError) as exc:
-            raise TransportError(f"{self.label}: cannot connect: {why_not_upgraded(self.t.url, exc)}") from exc
+            why = deadline.abandoned() if deadline.aborted else why_not_upgraded(self.t.url, exc)
+            raise TransportError(f"{self.label}: cannot connect: {why}") from exc
         self.sock = self.ws.sock = opened.sock
         self.ws.connected = True  # websocket-client frames and masks what we send from now on
         self.subprotocol = opened.subprotocol
@@ -376,7 +380,7 @@ class _WsConnection:
                     end = self._handle(events)
                     if end is not None:
                         self._reader_lost(end)
-                        if self._failed:
+                        if parser.done:  # a close frame came, or we failed the connection
                             self._wait_for_the_peer_to_close(sock)
                         return
                 data = self._recv(sock)
@@ -427,8 +431,10 @@ class _WsConnection:
         return f"connection failed: {reason}; closed it with status {status}"
 
     def _wait_for_the_peer_to_close(self, sock: socket.socket) -> None:
-        """After failing the connection: drop what arrives until the server closes it, as a
-        client should (the websockets library waits the same way), within ``close_timeout``."""
+        """After the closing handshake, or failing the connection: drop what arrives until the
+        server closes the TCP connection, as a client should (RFC 6455 section 7.1.1: the
+        server closes first, and holds the TIME_WAIT; the websockets library waits the same
+        way), within ``close_timeout``."""
         self._close_wait.arm(self.t.close_timeout, self._abort)
         with contextlib.suppress(OSError):
             while self._recv(sock):
@@ -452,12 +458,12 @@ class _WsConnection:
             self.delivering = False
 
     def _peer_closed(self, payload: bytes) -> str:
-        """Answer the peer's close frame (unless ours went first) and say why the link ended."""
+        """Have the peer's close frame answered (unless ours went first) and say why the link
+        ended. The writer answers, after what is queued: nothing may follow a close frame."""
         if self._close_status is None:
-            try:
-                self.ws.send_close(websocket.STATUS_NORMAL)
-            except _IO_ERRORS as exc:
-                logger.debug("%s: could not answer the close frame: %r", self.label, exc)
+            self._stop.set()  # no more heartbeat
+            self._close_status = websocket.STATUS_NORMAL
+            self.writer.stop()
         return f"peer closed the connection ({close_frame_text(payload)})"
 
     def _reader_lost(self, what: str) -> None:

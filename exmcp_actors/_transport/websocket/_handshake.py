@@ -31,14 +31,16 @@ Example:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import os
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -74,14 +76,21 @@ class HandshakeRefused(HandshakeError):
 
 
 class Deadline:
-    """The one deadline of an ``open()``: what each blocking step may still take."""
+    """The one deadline of an ``open()``: what each blocking step may still take. ``abort``
+    brings it forward to now, from another thread: the socket the open is blocked on is shut
+    down under it, and every later step fails at once."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._at = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self.aborted = False
 
     def left(self, waiting_for: str) -> float:
         """Seconds left; past the deadline, the error that names what was still awaited."""
+        if self.aborted:
+            raise self.abandoned()
         left = self._at - time.monotonic()
         if left <= 0:
             raise self.expired(waiting_for)
@@ -89,6 +98,64 @@ class Deadline:
 
     def expired(self, waiting_for: str) -> HandshakeError:
         return HandshakeError(f"gave up after {self.seconds:.1f}s waiting for {waiting_for}")
+
+    @staticmethod
+    def abandoned() -> HandshakeError:
+        return HandshakeError("the connect was abandoned: the transport is closing")
+
+    def watch(self, sock: socket.socket) -> None:
+        """``sock`` is the one the open blocks on from now on (after an abort: refused)."""
+        with self._lock:
+            if self.aborted:
+                raise self.abandoned()
+            self._socket = sock
+
+    def abort(self) -> None:
+        """Make the open fail now: shut down the socket it is blocked on (the base-class
+        method, which wakes a connect, a TLS handshake or a read), refuse every later step.
+        An abort in the instant between a socket's last check and its ``connect()`` call
+        finds it not yet connecting: that connect then runs out its share of the deadline."""
+        with self._lock:
+            self.aborted = True
+            sock = self._socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class OpenGate:
+    """A transport's opens, as another thread sees them: ``abort`` brings forward the deadline
+    of the open in progress and fails every later one, until ``reset`` (the next close)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._opening: Deadline | None = None
+        self._aborted = False
+
+    @contextlib.contextmanager
+    def opening(self, timeout: float) -> Iterator[Deadline]:
+        """The deadline of one open, abortable while the block runs."""
+        deadline = Deadline(timeout)
+        with self._lock:
+            if self._aborted:
+                raise deadline.abandoned()
+            self._opening = deadline
+        try:
+            yield deadline
+        finally:
+            with self._lock:
+                self._opening = None
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            deadline = self._opening
+        if deadline is not None:
+            deadline.abort()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._aborted = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +166,7 @@ class Head:
     status: int
     reason: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    version: str = "HTTP/1.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,19 +220,25 @@ def open_websocket(
 
 
 def _connect_tcp(host: str, port: int, deadline: Deadline) -> socket.socket:
-    """A TCP connection to the first address that takes one, all tries before the deadline."""
+    """A TCP connection to the first address that takes one, all tries before the deadline.
+
+    Each address gets its share of the time left (the last one all of it): one that never
+    answers (a black-holed IPv6 address, a hostile name's decoy) cannot keep the next from
+    being tried."""
     waiting_for = f"a TCP connection to {host}:{port}"
     error: OSError | None = None
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+    addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    for index, (family, kind, proto, _, address) in enumerate(addresses):
+        last = index == len(addresses) - 1
         sock = socket.socket(family, kind, proto)
         try:
-            sock.settimeout(deadline.left(waiting_for))
+            deadline.watch(sock)
+            sock.settimeout(deadline.left(waiting_for) / (len(addresses) - index))
             sock.connect(address)
-        except TimeoutError:
-            sock.close()
-            raise deadline.expired(waiting_for) from None
         except BaseException as exc:
             sock.close()
+            if isinstance(exc, TimeoutError) and last:
+                raise deadline.expired(waiting_for) from None
             if not isinstance(exc, OSError):
                 raise
             error = exc
@@ -181,8 +255,9 @@ def _start_tls(sock: socket.socket, sslopt: Mapping[str, Any], host: str, deadli
     options = dict(sslopt, do_handshake_on_connect=False)
     tls: ssl.SSLSocket = websocket_http._ssl_socket(sock, options, host)
     waiting_for = "the TLS handshake"
-    tls.settimeout(deadline.left(waiting_for))
     try:
+        deadline.watch(tls)  # the wrap detached the plain socket: an abort must reach this one
+        tls.settimeout(deadline.left(waiting_for))
         tls.do_handshake()
     except TimeoutError:
         tls.close()
@@ -239,7 +314,9 @@ def read_head(sock: socket.socket, deadline: Deadline) -> tuple[list[bytes], byt
     while True:
         end = buffer.find(b"\n", scan)
         if end < 0:
-            if len(buffer) - start > MAX_LINE:
+            # Room for a CR whose LF is still on the way: where TCP splits the bytes must not
+            # decide whether a line of MAX_LINE bytes is taken.
+            if len(buffer) - start > MAX_LINE + 1:
                 raise HandshakeError(f"the server's handshake answer has a line longer than {MAX_LINE} bytes")
             scan = len(buffer)
             sock.settimeout(deadline.left(waiting_for))
@@ -263,22 +340,24 @@ def read_head(sock: socket.socket, deadline: Deadline) -> tuple[list[bytes], byt
 
 
 def parse_head(lines: list[bytes]) -> Head:
-    """Status line and headers; anything that is not HTTP/1.1 is a :class:`HandshakeError`."""
+    """Status line and headers; anything but HTTP/1.0 or HTTP/1.1 with a three-digit status, or
+    a header line that is not ``token: value``, is a :class:`HandshakeError`. A NUL or CR in a
+    value is refused too (RFC 9110 section 5.5: a recipient must not take it)."""
     if not lines:
         raise HandshakeError("the server's handshake answer is empty")
     version, _, rest = lines[0].decode("latin-1").partition(" ")
     code, _, reason = rest.partition(" ")
-    if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not (code.isascii() and code.isdigit()):
         raise HandshakeError(f"the server's handshake answer is not HTTP: {peer_text(lines[0].decode('latin-1'))!r}")
     headers: dict[str, str] = {}
     for raw in lines[1:]:
         text = raw.decode("latin-1")
         name, colon, value = text.partition(":")
-        if not colon or not name or not _TOKEN_CHARS.issuperset(name):
+        if not colon or not name or not _TOKEN_CHARS.issuperset(name) or "\0" in value or "\r" in value:
             raise HandshakeError(f"the server's handshake answer has a malformed header line: {peer_text(text)!r}")
         name, value = name.lower(), value.strip(" \t")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return Head(int(code), reason, headers)
+    return Head(int(code), reason, headers, version)
 
 
 def _tokens(value: str | None) -> list[str]:
@@ -298,9 +377,13 @@ def check_upgrade(head: Head, key: str, subprotocol: str) -> str:
             head.status,
             head.headers,
         )
+    if head.version != "HTTP/1.1":
+        raise HandshakeError(f"the server switched protocols in {head.version}: the WebSocket upgrade is HTTP/1.1")
     headers = head.headers
-    if "websocket" not in _tokens(headers.get("upgrade")):
-        raise HandshakeError("the server's answer does not upgrade to websocket (no Upgrade: websocket)")
+    upgrade = headers.get("upgrade")
+    if upgrade is None or upgrade.lower() != "websocket":  # that one value, no other protocol beside it
+        shown = "none" if upgrade is None else repr(peer_text(upgrade))
+        raise HandshakeError(f"the server's answer does not upgrade to websocket alone (Upgrade: {shown})")
     if "upgrade" not in _tokens(headers.get("connection")):
         raise HandshakeError("the server's answer does not upgrade the connection (no Connection: Upgrade)")
     expected = base64.b64encode(hashlib.sha1((key + _GUID).encode("ascii")).digest()).decode("ascii")
