@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from typing import IO, Any, Final
 from urllib.parse import urlsplit
 
@@ -27,6 +29,7 @@ from ._api._config import ConfigError, load_config
 from ._api._hub import Hub
 from ._protocol._backoff import Backoff
 from ._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED
+from ._protocol._peer_text import escape_unsafe
 
 PROG: Final = "exmcp-watch"
 #: ``--demo`` watches this resource when no ``--uri`` is given.
@@ -38,6 +41,53 @@ _COLOURS: Final = ("36", "35", "34", "32", "33", "96", "95")
 
 class _Terminated(Exception):
     """SIGTERM: leave like Ctrl-C."""
+
+
+class TerminalSafeFormatter(logging.Formatter):
+    """Formats a record for a terminal: nothing in it can retitle the window, clear the screen,
+    write the clipboard or forge a line.
+
+    The message is one line, every control character escaped; a traceback keeps its lines,
+    each escaped and indented, so no line of it can pass for a record of its own. The library
+    escapes what servers say in its records already; this also covers every other logger, and
+    a host that replaced the record factory.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        text = escape_unsafe(self.formatMessage(record))
+        # Formatted here rather than read from record.exc_text: another handler's formatter
+        # may have cached an unescaped one there.
+        blocks = [self.formatException(record.exc_info)] if record.exc_info else []
+        if record.stack_info:
+            blocks.append(self.formatStack(record.stack_info))
+        for block in blocks:
+            text += "".join(f"\n    {escape_unsafe(line)}" for line in block.split("\n"))
+        return text
+
+
+def _log_to(err: IO[str], verbose: bool) -> Callable[[], None]:
+    """Send every log record to ``err`` (INFO and up with ``verbose``, else only CRITICAL),
+    through a :class:`TerminalSafeFormatter`; returns what undoes it."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(TerminalSafeFormatter(f"{PROG}: %(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbose else logging.CRITICAL)
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+    return undo
+
+
+def _say(err: IO[str], text: str) -> None:
+    """One line on stderr: what a server said may be in it, so no control character is left raw."""
+    print(escape_unsafe(f"{PROG}: {text}"), file=err, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,6 +155,8 @@ class Printer:
             colour = self._server_colours.setdefault(server, _COLOURS[len(self._server_colours) % len(_COLOURS)])
             shown = json.dumps(params, default=str) if params not in ({}, None) else ""
             method_colour = {"notification": "33", "reconnected": "35", "closed": "31"}.get(kind, "32")
+            # The JSON escapes every control character (ensure_ascii); the names are escaped here.
+            server, method = escape_unsafe(server), escape_unsafe(method)
             text = f"{self._paint('2', clock)}  {self._paint(colour, server)}  {self._paint(method_colour, method)}"
             text = f"{text}  {shown}" if shown else text
         print(text, file=self._out, flush=True)
@@ -153,12 +205,20 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     args = parser.parse_args(argv)
     if args.count is not None and args.count < 1:
         parser.error("--count must be a positive number")
-    level = logging.INFO if args.verbose else logging.CRITICAL
-    logging.basicConfig(level=level, format=f"{PROG}: %(name)s: %(message)s")
+    undo_logging = _log_to(err, args.verbose)
+    try:
+        return _run(args, command, parser, out, err)
+    finally:
+        undo_logging()
+
+
+def _run(
+    args: argparse.Namespace, command: list[str], parser: argparse.ArgumentParser, out: IO[str], err: IO[str]
+) -> int:
     try:
         config = _servers(args, command, parser)
     except ConfigError as exc:
-        print(f"{PROG}: {exc}", file=err)
+        _say(err, str(exc))
         return 2
     uris = args.uri or ([DEMO_URI] if args.demo else [])
     printer = Printer(out, as_json=args.json, colour=out.isatty() and "NO_COLOR" not in os.environ)
@@ -170,12 +230,12 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
             backoff=Backoff(initial=0.2, factor=2.0, maximum=2.0, jitter=0.2),  # a watcher wants the server back soon
         )
         for name, error in hub.errors.items():
-            print(f"{PROG}: cannot connect to {name}: {error}", file=err, flush=True)
+            _say(err, f"cannot connect to {name}: {error}")
         if not hub.clients:
             return 1
         watch = hub.watch(_watch_filter(uris))
         for name, error in watch.errors.items():
-            print(f"{PROG}: cannot watch {name}: {error}", file=err, flush=True)
+            _say(err, f"cannot watch {name}: {error}")
         if not watch.handles:
             return 1
         for name in watch.handles:
@@ -234,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
         return _EXIT_INTERRUPTED
+    except Exception:  # a bug of ours: its traceback may quote what a server said
+        lines = traceback.format_exc().rstrip("\n").split("\n")
+        print("\n".join(escape_unsafe(line) for line in lines), file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":

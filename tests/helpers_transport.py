@@ -345,6 +345,172 @@ def read_http_head(conn: socket.socket) -> bytes:
     return data
 
 
+def ws_accept_for(head: bytes) -> str:
+    """The Sec-WebSocket-Accept that answers the Sec-WebSocket-Key of a request head."""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-key":
+            return base64.b64encode(hashlib.sha1(value.strip() + _GUID.encode()).digest()).decode()
+    raise AssertionError(f"no Sec-WebSocket-Key in {head[:200]!r}")
+
+
+def upgrade_answer(head: bytes, *extra: str) -> bytes:
+    """A valid 101 answer to the WebSocket upgrade ``head`` (subprotocol mcp), with ``extra`` header lines."""
+    lines = [
+        "HTTP/1.1 101 Switching Protocols",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Accept: {ws_accept_for(head)}",
+        "Sec-WebSocket-Protocol: mcp",
+        *extra,
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+#: What a hostile TCP peer does with one connection: (the socket, the request head it read, the stop event).
+Behaviour = Callable[[socket.socket, bytes, threading.Event], None]
+
+
+class HostileTcpPeer:
+    """A TCP server on 127.0.0.1 that reads each connection's request head and hands the
+    connection to ``behave``; ``heads`` holds every head read. ``close()`` sets ``stop``,
+    closes every connection and joins every thread."""
+
+    def __init__(self, behave: Behaviour) -> None:
+        self._behave = behave
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)  # close() does not wake accept(): poll for the end
+        self.port: int = self._listener.getsockname()[1]
+        self.heads: list[bytes] = []
+        self.stop = threading.Event()
+        self._conns: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._accepter = threading.Thread(target=self._accept, name="test-hostile-accept", daemon=True)
+        self._accepter.start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._conns.append(conn)
+            thread = threading.Thread(target=self._serve, args=(conn,), name="test-hostile-conn", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            head = read_http_head(conn)
+            self.heads.append(head)
+            self._behave(conn, head, self.stop)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._accepter.join(WAIT)
+        self._listener.close()
+        for conn in self._conns:
+            conn.close()
+        for thread in self._threads:
+            thread.join(WAIT)
+
+
+@contextlib.contextmanager
+def hostile_tcp_peer(behave: Behaviour) -> Iterator[HostileTcpPeer]:
+    peer = HostileTcpPeer(behave)
+    try:
+        yield peer
+    finally:
+        peer.close()
+
+
+class StallingTlsPeer:
+    """A TCP server on 127.0.0.1 that accepts every connection, reads its first bytes and never
+    sends a byte: a TLS client's ClientHello is never answered, its handshake stalls.
+    ``hello_received`` is set once a client has sent its first bytes (it is then inside its
+    handshake); ``close()`` shuts every connection down and joins the thread."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)  # close() does not wake accept(): poll for the end
+        self.port: int = self._listener.getsockname()[1]
+        self.hello_received = threading.Event()
+        self._stop = threading.Event()
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="test-stalling-tls", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._conns.append(conn)
+            conn.settimeout(WAIT)
+            with contextlib.suppress(OSError):
+                if conn.recv(65536):
+                    self.hello_received.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT)
+        self._listener.close()
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+
+@contextlib.contextmanager
+def stalling_tls_peer() -> Iterator[StallingTlsPeer]:
+    peer = StallingTlsPeer()
+    try:
+        yield peer
+    finally:
+        peer.close()
+
+
+def threads_named(prefix: str) -> list[threading.Thread]:
+    """Live threads whose name starts with ``prefix``."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def join_threads_named(prefix: str, timeout: float) -> list[str]:
+    """Wait up to ``timeout`` for the threads named ``prefix...`` to end; return those still alive."""
+    deadline = time.monotonic() + timeout
+    for thread in threads_named(prefix):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threads_named(prefix)]
+
+
+@contextlib.contextmanager
+def unanswered_port() -> Iterator[int]:
+    """A port on 127.0.0.1 where a TCP connect hangs: a listener that never accepts, its
+    backlog filled, so Linux drops the SYN of every new connection and the client retries."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    try:
+        yield port
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
 class RawWsPeer:
     """A hand-made WebSocket server for one connection, to misbehave exactly.
 
@@ -358,6 +524,8 @@ class RawWsPeer:
         self.url = f"ws://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
         self.conn: socket.socket | None = None
         self.request_headers: dict[str, str] = {}
+        #: Whether each client frame read had its mask bit set (RFC 6455 section 5.1: all must).
+        self.masked: list[bool] = []
         self.connected = threading.Event()
         self._buffer = b""
         self._thread = threading.Thread(target=self._accept, name="test-raw-ws", daemon=True)
@@ -436,6 +604,7 @@ class RawWsPeer:
             (size,) = struct.unpack("!H", self._read_exact(2))
         elif size == 127:
             (size,) = struct.unpack("!Q", self._read_exact(8))
+        self.masked.append(bool(second & 0x80))
         mask = self._read_exact(4) if second & 0x80 else b"\0\0\0\0"
         payload = bytes(b ^ mask[i % 4] for i, b in enumerate(self._read_exact(size)))
         return first & 0x0F, payload

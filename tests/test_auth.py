@@ -159,12 +159,12 @@ def test_the_token_goes_only_to_its_own_server() -> None:
         return httpx.Response(200)
 
     storage = mcp.MemoryTokenStorage()
-    storage.save("http://a.test/mcp", {"tokens": {"access_token": "tok-a"}})
-    auth = BearerAuth(mcp.OAuth(storage=storage, on_authorize=refuse), "http://a.test/mcp")
+    storage.save("https://a.test/mcp", {"tokens": {"access_token": "tok-a"}})
+    auth = BearerAuth(mcp.OAuth(storage=storage, on_authorize=refuse), "https://a.test/mcp")
     with httpx.Client(transport=httpx.MockTransport(record), auth=auth) as client:
-        client.post("http://a.test/mcp")
-        client.post("http://b.test/mcp")
-        client.post("http://a.test/other")
+        client.post("https://a.test/mcp")
+        client.post("https://b.test/mcp")
+        client.post("https://a.test/other")
     assert seen == [("a.test", "Bearer tok-a"), ("b.test", None), ("a.test", None)]
 
 
@@ -365,10 +365,10 @@ def test_bearer_waits_bounded_while_another_connection_authorizes() -> None:
         assert held.wait(10.0)
         started = time.monotonic()
         with pytest.raises(AuthError, match="another connection has been authorizing"):
-            auth.bearer("http://a.test/mcp")
+            auth.bearer("https://a.test/mcp")
         assert time.monotonic() - started < 5.0
-        assert auth.challenge("http://a.test/mcp", 401, None, None) is False
+        assert auth.challenge("https://a.test/mcp", 401, None, None) is False
     finally:
         release.set()
         worker.join(10.0)
-    assert auth.bearer("http://a.test/mcp") is None  # free again
+    assert auth.bearer("https://a.test/mcp") is None  # free again

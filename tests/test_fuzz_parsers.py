@@ -76,34 +76,47 @@ messages = st.lists(
 )
 
 
-@FAST
-@given(messages, st.lists(st.integers(min_value=0), max_size=20), st.booleans())
-def test_ws_any_fragmentation_and_chunking_gives_the_messages_or_oversized(
-    msgs: list[tuple[int, list[bytes]]], cuts: list[int], pings: bool
-) -> None:
+def expected_ws_events(msgs: list[tuple[int, list[bytes]]], pings: bool) -> tuple[bytes, list[Any], int]:
+    """The wire of ``msgs``, the events a parser gives for it (up to the first oversized
+    message, which ends the stream) and how many whole frames it parses."""
     wire = b""
     expected: list[Any] = []
+    frames = 0
+    over = False
     for opcode, pieces in msgs:
+        kept = 0  # what the parser counts of the fragments it keeps
         for i, piece in enumerate(pieces):
             wire += ws_frame(opcode if i == 0 else OP_CONT, piece, fin=i == len(pieces) - 1)
+            if not over and kept + len(piece) > LIMIT:
+                expected.append("oversized")
+                over = True
+            elif not over:
+                kept += len(piece) + FRAGMENT_OVERHEAD
+                frames += 1
             if pings and i == 0 and len(pieces) > 1:
                 wire += ws_frame(OP_PING, b"p")  # control frames may come between fragments
-                expected.append((OP_PING, b"p"))
-        payload = b"".join(pieces)
-        kept = len(payload) + (FRAGMENT_OVERHEAD * len(pieces) if len(pieces) > 1 else 0)
-        expected.append((opcode, payload) if kept <= LIMIT else "oversized")
+                if not over:
+                    expected.append((OP_PING, b"p"))
+                    frames += 1
+        if not over:
+            expected.append((opcode, b"".join(pieces)))
+    return wire, expected, frames
+
+
+@FAST
+@given(messages, st.lists(st.integers(min_value=0), max_size=20), st.booleans())
+def test_ws_any_fragmentation_and_chunking_gives_the_messages_up_to_the_first_oversized(
+    msgs: list[tuple[int, list[bytes]]], cuts: list[int], pings: bool
+) -> None:
+    wire, expected, frames = expected_ws_events(msgs, pings)
     parser = FrameParser(LIMIT)
     events: list[Any] = []
-    fed = 0
     for chunk in chunked(wire, cuts):
         events += parser.feed(chunk)
-        fed += len(chunk)
         assert parser.held <= 2 * LIMIT + 64  # an incomplete frame and a message's fragments
-    got = ["oversized" if isinstance(e, Oversized) else e for e in events]
-    # Which fragmented messages go over depends on where the overhead crosses: compare loosely.
-    assert [g for g in got if g != "oversized"] == [e for e in expected if e != "oversized" and e in got]
-    assert len(got) == len(expected)
-    assert parser.frames >= len(msgs)
+    assert ["oversized" if isinstance(e, Oversized) else e for e in events] == expected
+    assert parser.done == ("oversized" in expected)
+    assert parser.frames == frames
 
 
 @FAST
@@ -117,18 +130,20 @@ def test_ws_garbage_never_raises_and_holds_little(garbage: bytes, cuts: list[int
 
 
 def test_ws_tiny_and_empty_fragments_cost_bounded_memory() -> None:
-    """The attack of the issue: 2-byte and empty fragments grew memory 30x the wire."""
+    """2-byte and empty fragments once grew memory 30x the wire: a message of more than
+    MAX_FRAGMENTS fragments is oversized as soon as it has them, and what it held dropped."""
     limit = 16 * 1024 * 1024
     parser = FrameParser(limit)
     fragment = ws_frame(OP_CONT, b"ab", fin=False) + ws_frame(OP_CONT, b"", fin=False)
     wire = ws_frame(OP_TEXT, b"{", fin=False) + fragment * 10_000  # 60 KB of wire, 20,000 fragments
     events: list[Any] = []
     held = traced(lambda: [events.extend(parser.feed(wire[i : i + 65536])) for i in range(0, len(wire), 65536)])
-    assert events == []  # the message never ended
+    assert len(events) == 1 and isinstance(events[0], Oversized), events
+    assert events[0].preview.startswith(b"{abab")
     assert held < 400_000, held  # was 1.6 MB: about 30 x the wire
-    assert parser.held <= MAX_FRAGMENTS * (FRAGMENT_OVERHEAD + 2)
-    events = parser.feed(ws_frame(OP_CONT, b"}") + ws_frame(OP_TEXT, b"[]"))
-    assert isinstance(events[0], Oversized) and events[1] == (OP_TEXT, b"[]")  # and usable after
+    assert parser.done and parser.held == 0
+    assert parser.frames == MAX_FRAGMENTS  # the fragments it kept, up to the limit
+    assert parser.feed(ws_frame(OP_CONT, b"}") + ws_frame(OP_TEXT, b"[]")) == []  # the stream ended
 
 
 def test_ws_a_trickled_frame_is_held_as_bytes_not_as_objects() -> None:

@@ -7,21 +7,24 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from raw_http import Exchange, RawHttp, legacy_basics, rpc_result
+from hostile_text import RAW_CONTROL, no_raw_control, raw_in_texts
+from raw_http import LEGACY_INIT, WAIT, Exchange, RawHttp, legacy_basics, rpc_result
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, RequestError
 from exmcp_actors._transport.http import STREAM_DROPPED
+from exmcp_actors._transport.http._config import Config
+from exmcp_actors._transport.http._resume import MIN_RETRY_DELAY, GetStreams
+from exmcp_actors._transport.http._session import MAX_SESSION_ID_BYTES
+from exmcp_actors._transport.http._sse import SSEParser
 
-#: A control character a log record or an error text must never carry raw.
-RAW_CONTROL = re.compile("[\x00-\x1f\x7f]")
 HOSTILE = "\x1b[2J\x1b[31mforged\x07"
 
 
@@ -67,13 +70,17 @@ def connect(url: str, clients: list[mcp.Client], **transport: Any) -> mcp.Client
     return client
 
 
+def http_config(**settings: Any) -> Config:
+    """The settings an ``HttpTransport`` gets by default, with ``settings`` changed."""
+    defaults: dict[str, Any] = {"url": "http://127.0.0.1:9/mcp", "headers": {}, "verify": True}
+    defaults |= {"max_frame_bytes": 1 << 20, "sse_retry_default": 1.0, "io_timeout": 10.0, "delete_timeout": 2.0}
+    defaults |= {"reconnect_attempts": 3, "max_retry_delay": 30.0}
+    return Config(**(defaults | settings))
+
+
 def sse_event(message: Any, event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}data: {json.dumps(message)}\n\n".encode()
-
-
-def no_raw_control(records: list[logging.LogRecord]) -> list[str]:
-    return [r.getMessage() for r in records if RAW_CONTROL.search(r.getMessage())]
 
 
 # -- the answer a stream waits for ------------------------------------------------------------
@@ -148,9 +155,110 @@ def test_a_get_stream_that_ends_at_once_asking_retry_0_is_reopened_ever_more_slo
     connect(server.url, clients, sse_retry_default=0.05, max_retry_delay=0.2)
     assert server.wait_until(lambda: len(opened) >= 6)
     gaps = [later - earlier for earlier, later in itertools.pairwise(opened)]
-    # Each stream ended at once with nothing: 0.05, 0.1, 0.2, then the cap (not 0 each time).
+    # Each stream ended at once with nothing: never sooner than the host's cap on waits, 0.2 s
+    # here, which is below the floor (not 0 each time).
     assert gaps[0] >= 0.04 and gaps[1] >= 0.09
     assert all(gap >= 0.19 for gap in gaps[2:5])
+
+
+LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+def one_message_then_the_end(exchange: Exchange, event_id: str) -> None:
+    """A whole SSE answer: ``retry: 0``, one notification, and the end of the stream."""
+    exchange.whole("200 OK", b"retry: 0\n" + sse_event(LIST_CHANGED, event_id), content_type="text/event-stream")
+
+
+def gaps_between(opened: list[float]) -> list[float]:
+    return [later - earlier for earlier, later in itertools.pairwise(opened)]
+
+
+def assert_ever_more_slowly(gaps: list[float]) -> None:
+    # The floor (0.5 s) at first, then doubled at each quick end: never the 0 the server asked,
+    # which each message delivered used to reset to, for hundreds of reopenings a second.
+    assert gaps[0] >= 0.45 and gaps[1] >= 0.95 and gaps[2] >= 1.9, gaps
+
+
+def test_a_get_stream_that_delivers_a_message_and_ends_asking_retry_0_is_reopened_ever_more_slowly(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    opened: list[float] = []
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method != "GET":
+            return False
+        opened.append(time.monotonic())
+        one_message_then_the_end(exchange, f"e{len(opened)}")
+        return True
+
+    server = serve(answer, standalone_get=True)
+    connect(server.url, clients)
+    assert server.wait_until(lambda: len(opened) >= 4)
+    assert_ever_more_slowly(gaps_between(opened))
+
+
+def test_a_get_stream_whose_reopenings_fail_and_deliver_in_turn_is_reopened_ever_more_slowly(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    opened: list[float] = []
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method != "GET":
+            return False
+        opened.append(time.monotonic())
+        if len(opened) % 2 == 0:
+            exchange.reset()  # a failure to reopen, which a stream that delivered used to forgive
+            return False
+        one_message_then_the_end(exchange, f"e{len(opened)}")
+        return True
+
+    server = serve(answer, standalone_get=True)
+    client = connect(server.url, clients)
+    assert server.wait_until(lambda: len(opened) >= 4)
+    assert_ever_more_slowly(gaps_between(opened))
+    assert client.status == "ready"
+
+
+def test_a_resumed_stream_that_delivers_a_message_and_ends_each_time_is_resumed_ever_more_slowly(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    resumed: list[float] = []
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method == "GET":  # a resumption (Last-Event-ID)
+            resumed.append(time.monotonic())
+            one_message_then_the_end(exchange, f"e{len(resumed) + 1}")
+            return True
+        exchange.start_sse()
+        exchange.chunk(b"retry: 0\n" + sse_event(LIST_CHANGED, "e1"))
+        exchange.end_chunks()  # no response: the client resumes after e1
+        return True
+
+    server = serve(answer)
+    client = connect(server.url, clients)
+    with ThreadPoolExecutor(1) as pool:
+        request = pool.submit(client.request, "tools/list", timeout=60)
+        assert server.wait_until(lambda: len(resumed) >= 4)
+        assert_ever_more_slowly(gaps_between(resumed))
+        client.disconnect()
+        assert isinstance(request.exception(timeout=WAIT), mcp.Error)
+
+
+@pytest.mark.parametrize(
+    ("retry_ms", "cap", "honoured"),
+    [(0, 30.0, MIN_RETRY_DELAY), (200, 30.0, MIN_RETRY_DELAY), (2500, 30.0, 2.5), (60_000, 30.0, 30.0), (0, 0.2, 0.2)],
+)
+def test_the_retry_a_server_asks_is_honoured_between_the_floor_and_the_hosts_cap(
+    retry_ms: int, cap: float, honoured: float
+) -> None:
+    streams = GetStreams(http_config(max_retry_delay=cap), None, None, None)  # type: ignore[arg-type]
+    parser = SSEParser(1024)
+    parser.feed(f"retry: {retry_ms}\n\n".encode())
+    assert streams.retry_delay(parser) == honoured
+    assert streams.pace(honoured, 0) == honoured
+    first, second = streams.pace(honoured, 1), streams.pace(honoured, 2)
+    assert honoured <= first <= honoured * 1.25  # jitter adds, never takes away
+    assert min(2 * honoured, cap) <= second <= min(2 * honoured, cap) * 1.25
 
 
 def test_a_resumed_stream_that_ends_with_nothing_each_time_fails_its_request_after_the_attempts(
@@ -176,6 +284,75 @@ def test_a_resumed_stream_that_ends_with_nothing_each_time_fails_its_request_aft
     assert time.monotonic() - started < 10  # not kept resuming until the request's own timeout
     assert sum(1 for r in server.requests if r.method == "GET" and r.headers.get("last-event-id") == "e1") == 3
     assert client.status == "ready"
+
+
+# -- the session id -----------------------------------------------------------------------------
+
+#: In every session id below: it must reach no record, no error text, no later request.
+MARKER = b"Zs3ss10nZ"
+
+
+def assigning(*session_ids: bytes) -> RawHttp:
+    """A raw server whose ``initialize`` answer carries these ``Mcp-Session-Id`` headers, as bytes."""
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.rpc_method == "initialize":
+            body = rpc_result(exchange.body["id"], LEGACY_INIT)
+            lines = [b"HTTP/1.1 200 OK", b"Content-Type: application/json", f"Content-Length: {len(body)}".encode()]
+            lines += [b"Mcp-Session-Id: " + session_id for session_id in session_ids]
+            exchange.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+            return True
+        if exchange.method == "GET":
+            exchange.whole("405 Method Not Allowed")
+            return True
+        if legacy_basics(exchange):
+            return True
+        exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
+        return True
+
+    return RawHttp(answer)
+
+
+@pytest.mark.parametrize(
+    ("session_ids", "named"),
+    [
+        ([MARKER + b"\x1b[2J"], "byte 0x1b at offset 9"),
+        ([MARKER + b" x"], "byte 0x20 at offset 9"),
+        ([MARKER + b"\x7f"], "byte 0x7f at offset 9"),
+        ([MARKER + b"\xe9"], "byte 0xe9 at offset 9"),  # Latin-1: once kept, and sent back as UTF-8
+        ([MARKER + b"x" * MAX_SESSION_ID_BYTES], f"of {MAX_SESSION_ID_BYTES + 9} bytes"),
+        ([MARKER, MARKER + b"2"], "2 Mcp-Session-Id headers"),
+    ],
+)
+def test_a_session_id_the_spec_forbids_fails_the_connect_is_never_sent_back_and_never_logged(
+    clients: list[mcp.Client], caplog: pytest.LogCaptureFixture, session_ids: list[bytes], named: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with assigning(*session_ids) as server:
+        with pytest.raises(mcp.ConnectError) as refused:
+            connect(server.url, clients)
+        later = [r for r in server.requests if r.rpc_method != "initialize"]
+    error = refused.value
+    assert "Mcp-Session-Id" in str(error) and named in str(error)
+    assert [r.headers for r in later if "mcp-session-id" in r.headers] == []
+    texts = [str(error), repr(error), *(record.getMessage() for record in caplog.records)]
+    assert [text for text in texts if MARKER.decode() in text] == []
+    assert raw_in_texts(*texts) == []
+    assert any("the server assigned" in record.getMessage() for record in caplog.records)  # said, once
+
+
+def test_a_session_id_of_visible_ascii_at_the_bound_is_kept_sent_back_as_it_came_and_never_logged(
+    clients: list[mcp.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    session_id = (MARKER + bytes(range(0x21, 0x7F)) * 50)[:MAX_SESSION_ID_BYTES]
+    with assigning(session_id) as server:
+        client = connect(server.url, clients)
+        assert client.request("tools/list", timeout=5) == {"tools": []}
+        echoed = [r.headers.get("mcp-session-id") for r in server.requests if r.rpc_method == "tools/list"]
+        client.disconnect()
+    assert echoed == [session_id.decode()]
+    assert [r.getMessage() for r in caplog.records if MARKER.decode() in r.getMessage()] == []
 
 
 # -- failed exchanges ---------------------------------------------------------------------------

@@ -1,16 +1,23 @@
-"""A hostile WebSocket peer gets bounded cost: a trickled frame is no sign of life, and a
-redirect is refused (websocket-client would follow it, re-sending Authorization)."""
+"""A hostile WebSocket peer gets bounded cost: a trickled frame is no sign of life, a
+redirect is refused (websocket-client would follow it, re-sending Authorization), and a
+message over max_frame_bytes fails the connection with 1009 (the client reconnects) instead
+of leaving it up but deaf behind a message that never ends."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from helpers_transport import WAIT, RawWsPeer, RecordingSink, join_exmcp_threads, read_http_head
+from helpers_transport import WAIT, RawWsPeer, RecordingSink, join_exmcp_threads, read_http_head, ws_server
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.server import ServerConnection
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import TransportError
@@ -108,3 +115,100 @@ def test_a_redirect_is_not_followed_and_the_error_names_it() -> None:
     assert SECRET not in text and SECRET not in str(connect_info.value)
     assert "redirect" in str(connect_info.value)
     assert len(heads) == 2  # one handshake per attempt, and no more
+
+
+# -- a message over max_frame_bytes fails the connection -------------------------------------
+
+FAST = mcp.Backoff(initial=0.02, factor=2, maximum=0.1, jitter=0.0)
+LIMIT = 64 * 1024
+
+
+def answer_the_handshake(conn: ServerConnection) -> None:
+    """Play a legacy MCP server up to ready: answer initialize, take notifications/initialized."""
+    request = json.loads(conn.recv())
+    assert request["method"] == "initialize", request
+    result = {
+        "protocolVersion": request["params"]["protocolVersion"],
+        "capabilities": {"tools": {"listChanged": True}},
+        "serverInfo": {"name": "hostile", "version": "1"},
+    }
+    conn.send(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+    assert json.loads(conn.recv())["method"] == "notifications/initialized"
+
+
+class OversizingServer:
+    """A WebSocket MCP server whose first connection, once ready and told to ``go`` (the
+    host is listening by then: a loss before that would race its subscription), sends
+    ``message`` (over LIMIT) and records the close status the client answers with; later
+    ones stay quiet."""
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+        self.go = threading.Event()
+        self.connections = 0
+        self.close_codes: list[int | None] = []
+        self.first_closed = threading.Event()
+
+    def __call__(self, conn: ServerConnection) -> None:
+        self.connections += 1
+        first = self.connections == 1
+        answer_the_handshake(conn)
+        if first:
+            assert self.go.wait(WAIT)
+            with contextlib.suppress(ConnectionClosed):
+                conn.send(self.message)
+                conn.recv()
+            self.close_codes.append(conn.close_code)
+            self.first_closed.set()
+            return
+        with contextlib.suppress(ConnectionClosed):
+            for _ in conn:
+                pass
+
+
+def endless_fragments() -> Iterator[str]:
+    """A text message that never ends: 4 KiB fragments for as long as the client takes them."""
+    yield '{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"'
+    yield from itertools.repeat("x" * 4096)
+
+
+MESSAGES = {"an endless fragmented message": endless_fragments, "a single oversized frame": lambda: "y" * (2 * LIMIT)}
+
+
+@pytest.mark.parametrize("what", MESSAGES)
+def test_an_oversized_message_closes_with_1009_and_the_client_reconnects(what: str) -> None:
+    server = OversizingServer(MESSAGES[what]())
+    with ws_server(server) as (url, _):
+        transport = WebSocketTransport(url, max_frame_bytes=LIMIT, heartbeat_interval=None, close_timeout=0.5)
+        client = mcp.connect(transport, protocol="legacy", backoff=FAST, connect_timeout=WAIT)
+        try:
+            listener = client.subscribe_notifications({"toolsListChanged": True})
+            server.go.set()
+            reconnected = listener.get(timeout=WAIT)
+            assert isinstance(reconnected, mcp.Reconnected), reconnected
+            assert server.first_closed.wait(WAIT)
+            assert server.close_codes == [1009]
+            assert server.connections == 2
+            assert client.status == "ready"
+        finally:
+            client.disconnect()
+
+
+@pytest.mark.parametrize("what", MESSAGES)
+def test_with_reconnect_off_an_oversized_message_is_a_reported_close(what: str) -> None:
+    server = OversizingServer(MESSAGES[what]())
+    with ws_server(server) as (url, _):
+        transport = WebSocketTransport(url, max_frame_bytes=LIMIT, heartbeat_interval=None, close_timeout=0.5)
+        client = mcp.connect(transport, protocol="legacy", reconnect=False, connect_timeout=WAIT)
+        try:
+            listener = client.subscribe_notifications({"toolsListChanged": True})
+            server.go.set()
+            closed = listener.get(timeout=WAIT)
+            assert isinstance(closed, mcp.Closed), closed
+            kind, why = closed.reason
+            assert kind == "transport_closed" and "closed it with status 1009" in why, closed.reason
+            assert server.first_closed.wait(WAIT)
+            assert server.close_codes == [1009]
+            assert client.status == "disconnected"
+        finally:
+            client.disconnect()

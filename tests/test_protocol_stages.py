@@ -22,6 +22,7 @@ from exmcp_actors._protocol._events import (
     ArmTimer,
     Lost,
     Opened,
+    OpenFailed,
     OpenTransport,
     ResubscribeReport,
     StageTimeout,
@@ -74,6 +75,18 @@ def test_the_overall_connect_deadline_stops_the_first_connect_naming_the_stage_i
     )
     assert stop.reason == ("transport_closed", str(error))
     assert driver.session.status == "disconnected"
+
+
+def test_an_open_that_ran_out_of_its_time_ends_the_first_connect_like_the_open_stages_timer() -> None:
+    driver = Driver("legacy")
+    driver.start()
+    effects = driver.feed(OpenFailed(driver.generation, TimeoutError("no TCP connection"), out_of_time=True))
+    [stop] = only(effects, Stop)
+    error = driver.session.life.connect_error
+    assert isinstance(error, ConnectError)
+    assert error.reason == ("timeout", "open")
+    assert str(error) == str(timeout_error(Stage.OPEN, STAGE_TIMEOUT))
+    assert stop.reason == ("transport_closed", str(error))
 
 
 def test_a_reconnect_whose_initialize_is_never_answered_is_a_failed_attempt_and_the_backoff_goes_on() -> None:

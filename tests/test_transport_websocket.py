@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import ssl
 import struct
 import threading
@@ -24,6 +25,7 @@ from helpers_transport import (
     send_from_four_threads_and_check_order,
     ws_server,
 )
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 from websockets.typing import Subprotocol
 
@@ -32,7 +34,7 @@ from exmcp_actors._transport._base import InvalidFrame
 from exmcp_actors._transport.websocket._connection import WebSocketTransport
 
 MakeTransport = Callable[..., WebSocketTransport]
-TEXT, BINARY, CONT, CLOSE, PING = 0x1, 0x2, 0x0, 0x8, 0x9
+TEXT, BINARY, CONT, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
 
 
 @pytest.fixture
@@ -114,6 +116,18 @@ def test_messages_go_out_as_compact_text_frames(make: MakeTransport, raw_peer: R
     transport.send({"a": "é", "b": [1, 2]})
 
     assert raw_peer.recv_frame() == (TEXT, '{"a":"é","b":[1,2]}'.encode())
+
+
+def test_every_frame_the_client_sends_is_masked(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    transport, _ = opened(make, raw_peer.url, heartbeat_interval=None)
+    transport.send({"data": True})
+    raw_peer.send_frames(raw_peer.frame(PING, b"are you there"))
+    received = [raw_peer.recv_frame(), raw_peer.recv_frame()]
+    transport.close()
+    received.append(raw_peer.recv_frame())
+
+    assert sorted(opcode for opcode, _ in received) == [TEXT, CLOSE, PONG]
+    assert raw_peer.masked == [True, True, True]
 
 
 def test_many_threads_may_send_at_once(make: MakeTransport) -> None:
@@ -216,7 +230,9 @@ def test_a_fragmented_message_is_reassembled(make: MakeTransport, raw_peer: RawW
     )  # websocket-client answered the ping
 
 
-def test_an_oversized_frame_becomes_an_invalid_frame(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+def test_an_oversized_frame_becomes_an_invalid_frame_and_fails_the_connection_with_1009(
+    make: MakeTransport, raw_peer: RawWsPeer
+) -> None:
     _, sink = opened(make, raw_peer.url, heartbeat_interval=None, max_frame_bytes=1000)
 
     raw_peer.send_frames(
@@ -224,11 +240,13 @@ def test_an_oversized_frame_becomes_an_invalid_frame(make: MakeTransport, raw_pe
         raw_peer.frame(TEXT, b'{"after":1}'),
     )
 
-    frames = sink.wait_frames(2)
-    assert isinstance(frames[0], InvalidFrame)
-    assert "oversized" in frames[0].error
-    assert len(frames[0].raw) <= 200
-    assert frames[1] == {"after": 1}
+    reason = sink.wait_lost()
+    assert "max_frame_bytes=1000" in reason and "closed it with status 1009" in reason, reason
+    [bad] = sink.frames  # nothing after it
+    assert isinstance(bad, InvalidFrame)
+    assert "oversized" in bad.error
+    assert len(bad.raw) <= 200
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1009) + b"message too big")
 
 
 # -- losses --------------------------------------------------------------------
@@ -280,6 +298,17 @@ def test_a_server_close_is_reported_once_with_its_code_and_reason(
         assert sink.frames == [{"last": 1}]
         assert join_exmcp_threads() == []
         assert sink.lost == [reason]
+
+
+def test_a_hostile_close_reason_reaches_the_loss_escaped(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None)
+    reason = "\x1b]0;owned\x07\r\nFORGED LINE \u202e".encode()
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 4000) + reason))
+
+    lost = sink.wait_lost()
+
+    assert "code 4000" in lost and "FORGED LINE" in lost
+    assert not any(c in lost for c in "\x1b\x07\r\n\u202e"), lost
 
 
 def test_a_dropped_tcp_connection_is_reported(make: MakeTransport, raw_peer: RawWsPeer) -> None:
@@ -445,6 +474,47 @@ def test_close_completes_the_closing_handshake_with_a_real_server(
         assert sink.lost == []
 
 
+def still_open_after_the_closing_handshake(conn: socket.socket) -> bool:
+    """Whether the client, its closing handshake done, leaves the TCP close to the server
+    (RFC 6455 section 7.1.1): nothing more arrives, no FIN, within a short look."""
+    conn.settimeout(0.3)
+    try:
+        return conn.recv(1) == b"X"  # anything at all (b"": the client closed) is a failure
+    except TimeoutError:
+        return True
+
+
+def test_after_the_servers_close_the_client_answers_once_and_waits_for_the_tcp_close(
+    make: MakeTransport, raw_peer: RawWsPeer
+) -> None:
+    _, sink = opened(make, raw_peer.url, heartbeat_interval=None, close_timeout=WAIT)
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 1001) + b"going away"))
+
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1000))
+    assert "code 1001" in sink.wait_lost()
+    assert still_open_after_the_closing_handshake(raw_peer.wait_connected())
+
+    raw_peer.drop()
+    assert join_exmcp_threads() == []
+
+
+def test_close_waits_for_the_servers_tcp_close_after_its_close_frame(make: MakeTransport, raw_peer: RawWsPeer) -> None:
+    transport, sink = opened(make, raw_peer.url, heartbeat_interval=None, close_timeout=WAIT)
+    closer = threading.Thread(target=transport.close, name="test-close")
+    closer.start()
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1000))
+    raw_peer.send_frames(raw_peer.frame(CLOSE, struct.pack("!H", 1000)))
+
+    assert still_open_after_the_closing_handshake(raw_peer.wait_connected())
+
+    started = time.monotonic()
+    raw_peer.drop()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    assert time.monotonic() - started < WAIT / 2  # ended by the TCP close, not close_timeout
+    assert sink.lost == []
+
+
 def test_close_is_bounded_when_the_peer_never_answers(make: MakeTransport, raw_peer: RawWsPeer) -> None:
     transport, sink = opened(make, raw_peer.url, heartbeat_interval=0.2, heartbeat_timeout=5.0)
     raw_peer.wait_connected()
@@ -589,29 +659,35 @@ def test_a_burst_of_mixed_sizes_arrives_complete_and_in_order(make: MakeTranspor
         assert sink.wait_frames(300) == [json.loads(m) for m in messages]
 
 
-def test_an_oversized_message_from_a_real_server_is_skipped_and_the_next_one_kept(
+def test_an_oversized_message_from_a_real_server_fails_the_connection_and_the_server_sees_1009(
     make: MakeTransport,
 ) -> None:
+    received: list[int | None] = []
+    closed = threading.Event()
+
     def handler(conn: ServerConnection) -> None:
         conn.recv()
-        conn.send(json.dumps({"big": "x" * 200_000}))
+        conn.send(json.dumps({"small": 1}))
         conn.send(['{"frag":"', "y" * 600, "z" * 600, '"}'])
-        conn.send('{"after":1}')
-        echo_handler(conn)
+        with contextlib.suppress(ConnectionClosed):
+            conn.send('{"after":1}')
+            conn.recv()
+        received.append(conn.close_code)
+        closed.set()
 
     with ws_server(handler) as (url, _):
         transport, sink = opened(make, url, max_frame_bytes=1000)
         transport.send({"go": True})
 
-        frames = sink.wait_frames(3)
-        for bad, size in zip(frames[:2], (200_011, 1211), strict=True):
-            assert isinstance(bad, InvalidFrame)
-            assert f"oversized frame: {size} bytes" in bad.error
-            assert 0 < len(bad.raw) <= 200
-        assert frames[2] == {"after": 1}
-
-        transport.send({"still": "open"})
-        assert sink.wait_frames(4)[3] == {"still": "open"}
+        reason = sink.wait_lost()
+        assert "closed it with status 1009" in reason, reason
+        assert sink.frames[0] == {"small": 1}
+        [bad] = sink.frames[1:]
+        assert isinstance(bad, InvalidFrame)
+        assert "oversized frame: 1209 bytes" in bad.error  # announced when the limit was passed
+        assert 0 < len(bad.raw) <= 200
+        assert closed.wait(WAIT)
+        assert received == [1009]
 
 
 def test_a_protocol_error_from_the_server_is_a_loss(make: MakeTransport, raw_peer: RawWsPeer) -> None:
@@ -621,6 +697,7 @@ def test_a_protocol_error_from_the_server_is_a_loss(make: MakeTransport, raw_pee
 
     assert "protocol error: masked frame" in sink.wait_lost()
     assert sink.frames == [{"ok": 1}]
+    assert raw_peer.recv_frame() == (CLOSE, struct.pack("!H", 1002) + b"protocol error")
     assert join_exmcp_threads() == []
 
 

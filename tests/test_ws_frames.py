@@ -184,20 +184,38 @@ def test_an_empty_feed_is_harmless() -> None:
 # -- oversized messages ------------------------------------------------------------
 
 
-def test_an_oversized_frame_is_reported_once_and_the_next_message_is_intact() -> None:
+def oversized_whatever_the_split(data: bytes, max_frame_bytes: int) -> list[WsEvent]:
+    """The events fed whole; split in two at every byte they are the same but for the preview
+    (the payload bytes already received), which is always a prefix of the whole one's."""
+    whole = feed_all(data, max_frame_bytes=max_frame_bytes)
+    assert isinstance(whole[-1], Oversized)
+    for cuts in [*((cut,) for cut in range(1, len(data))), tuple(range(1, len(data)))]:
+        events = feed_all(data, *cuts, max_frame_bytes=max_frame_bytes)
+        assert events[:-1] == whole[:-1], f"split at {cuts[:3]}"
+        last = events[-1]
+        assert isinstance(last, Oversized) and last.size == whole[-1].size, f"split at {cuts[:3]}"
+        assert whole[-1].preview.startswith(last.preview), f"split at {cuts[:3]}"
+    return whole
+
+
+def test_an_oversized_frame_is_reported_at_its_header_and_nothing_after_it_is_parsed() -> None:
     big = bytes(range(256)) * 4  # 1024 bytes
     data = frame(OP_TEXT, big) + frame(OP_TEXT, b"after")
 
-    events = assert_split_invariant(data, max_frame_bytes=100)
+    events = oversized_whatever_the_split(data, max_frame_bytes=100)
 
-    assert events == [Oversized(1024, big[:RAW_PREVIEW_BYTES]), (OP_TEXT, b"after")]
+    assert events == [Oversized(1024, big[:RAW_PREVIEW_BYTES])]
+    parser = FrameParser(100)
+    assert parser.feed(frame(OP_TEXT, big)[:4]) == [Oversized(1024, b"")]  # the header is enough
+    assert parser.done
+    assert parser.feed(frame(OP_TEXT, b"after")) == []
 
 
 def test_a_message_of_exactly_max_frame_bytes_is_kept() -> None:
     assert feed_all(frame(OP_TEXT, b"x" * 100), max_frame_bytes=100) == [(OP_TEXT, b"x" * 100)]
 
 
-def test_a_fragmented_message_growing_past_the_limit_is_oversized() -> None:
+def test_a_fragmented_message_growing_past_the_limit_is_oversized_when_the_frame_passing_it_begins() -> None:
     data = (
         frame(OP_TEXT, b"a" * 60, fin=False)
         + frame(OP_PING, b"still answered")
@@ -206,16 +224,13 @@ def test_a_fragmented_message_growing_past_the_limit_is_oversized() -> None:
         + frame(OP_TEXT, b"after")
     )
 
-    events = assert_split_invariant(data, max_frame_bytes=100)
+    events = oversized_whatever_the_split(data, max_frame_bytes=100)
 
-    assert events == [
-        (OP_PING, b"still answered"),
-        Oversized(180, (b"a" * 60 + b"b" * 60 + b"c" * 60)[:RAW_PREVIEW_BYTES]),
-        (OP_TEXT, b"after"),
-    ]
+    # 60 kept (plus FRAGMENT_OVERHEAD) and 60 more pass 100: reported at the second fragment.
+    assert events == [(OP_PING, b"still answered"), Oversized(120, b"a" * 60 + b"b" * 60)]
 
 
-def test_an_oversized_message_is_skipped_as_it_arrives_not_buffered() -> None:
+def test_an_oversized_message_is_reported_as_it_begins_not_buffered() -> None:
     limit = 10_000
     payload = b"q" * 5_000_000
     data = frame(OP_TEXT, payload) + frame(OP_TEXT, b'{"after":1}')
@@ -227,20 +242,19 @@ def test_an_oversized_message_is_skipped_as_it_arrives_not_buffered() -> None:
         events += parser.feed(data[start : start + 65536])
         held.append(parser.held)
 
-    assert events == [Oversized(len(payload), payload[:RAW_PREVIEW_BYTES]), (OP_TEXT, b'{"after":1}')]
-    assert max(held) <= 65536
+    assert events == [Oversized(len(payload), payload[:RAW_PREVIEW_BYTES])]
+    assert max(held) == 0
 
 
-def test_a_fragmented_oversized_message_is_skipped_frame_by_frame() -> None:
+def test_an_endless_fragmented_message_is_oversized_as_soon_as_it_passes_the_limit() -> None:
     piece = b"r" * 40_000
-    data = b"".join(
-        [frame(OP_TEXT, piece, fin=False), *(frame(OP_CONT, piece, fin=False) for _ in range(10)), frame(OP_CONT, b"!")]
-    )
-    data += frame(OP_TEXT, b"next")
+    data = frame(OP_TEXT, piece, fin=False) + frame(OP_CONT, piece, fin=False)
+    parser = FrameParser(50_000)
 
-    events = feed_all(data, *range(1000, len(data), 7777), max_frame_bytes=50_000)
-
-    assert events == [Oversized(11 * 40_000 + 1, piece[:RAW_PREVIEW_BYTES]), (OP_TEXT, b"next")]
+    assert parser.feed(data[:1000]) == []
+    assert parser.feed(data[1000:]) == [Oversized(80_000, piece[:RAW_PREVIEW_BYTES])]
+    assert parser.done
+    assert parser.held == 0  # what was kept of it is dropped
 
 
 # -- protocol errors ------------------------------------------------------------------
@@ -279,8 +293,8 @@ def test_protocol_errors_end_the_stream(bad: bytes, reason: str) -> None:
     assert parser.feed(frame(OP_TEXT, b"more")) == []
 
 
-def test_a_protocol_error_inside_an_oversized_message_is_still_found() -> None:
-    data = frame(OP_TEXT, b"x" * 500, fin=False) + frame(OP_TEXT, b"new")
+def test_a_protocol_error_in_the_frame_that_would_pass_the_limit_is_found_first() -> None:
+    data = frame(OP_TEXT, b"x" * 50, fin=False) + frame(OP_TEXT, b"y" * 500)
 
     events = feed_all(data, max_frame_bytes=100)
 

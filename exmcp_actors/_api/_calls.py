@@ -22,6 +22,7 @@ from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoot
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
 from .._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
 from .._protocol._jsonrpc import RequestBuilder
+from .._protocol._peer_text import peer_text
 from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
@@ -149,7 +150,7 @@ class ServerCalls:
             answer, why = self._host.answer_now(str(inner), params)
             if why is not None:
                 raise Error(
-                    f"{method}: the server's input request {key!r} could not be answered: {why}",
+                    f"{method}: the server's input request {peer_text(key, quote=True)} could not be answered: {why}",
                     reason=("input_required_failed", key, why),
                 )
             responses[key] = answer
@@ -163,13 +164,13 @@ class ServerCalls:
             result = self.request(method, {"cursor": cursor} if cursor is not None else None, timeout=timeout)
             page = result.get(key) if isinstance(result, dict) else None
             if not isinstance(page, list):
-                raise ProtocolError(f"{method} result has no {key!r} list: {result!r}")
+                raise ProtocolError(f"{method} result has no {key!r} list: {peer_text(result)}")
             items.extend(page)
             cursor = result.get("nextCursor")
             if cursor is None:
                 return items
             if cursor in seen:
-                raise ProtocolError(f"{method} repeated the cursor {cursor!r}")
+                raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
             seen.add(cursor)
         raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
 
@@ -232,7 +233,7 @@ class ServerCalls:
             return result
         created = result.get("task") if isinstance(result, dict) else None
         if not isinstance(created, dict):
-            raise ProtocolError(f"tools/call as a task returned no task object: {result!r}")
+            raise ProtocolError(f"tools/call as a task returned no task object: {peer_text(result)}")
         handle = Task(self, created, self._host.tasks.pop)
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
@@ -266,7 +267,7 @@ class ServerCalls:
         result = self.request("completion/complete", params, timeout=timeout)
         completion = result.get("completion") if isinstance(result, dict) else None
         if not isinstance(completion, dict):
-            raise ProtocolError(f"completion/complete returned no completion object: {result!r}")
+            raise ProtocolError(f"completion/complete returned no completion object: {peer_text(result)}")
         return completion
 
     def set_logging_level(self, level: str, *, timeout: float | None = None) -> None:

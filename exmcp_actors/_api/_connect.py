@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,8 +37,10 @@ from ._wire_turn import WireTurn
 #: What ``clientInfo`` says when the host gives none: the package and its installed version.
 DEFAULT_CLIENT_INFO = {"name": "exmcp_actors", "version": installed_version()}
 _client_numbers = itertools.count(1)
-#: How long connect() waits past connect_timeout for the client actor to report the outcome.
-_SHELL_GRACE = 2.0
+#: How long past connect_timeout connect() waits for the outcome, then for what a failed connect
+#: opened to be released. A teardown that needs longer (a server that ignores SIGTERM, a closing
+#: handshake never answered) goes on in the background, within the transport's own bounds.
+_GRACE = 0.5
 _URL_SCHEMES = ("ws", "wss", "http", "https")
 
 
@@ -177,6 +180,8 @@ def connect(
     if name is not None and not (isinstance(name, str) and name):
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     connect_wait = check_timeout("connect_timeout", connect_timeout)
+    # One deadline for the whole call, whatever stage hangs: every wait below ends by it.
+    deadline = time.monotonic() + connect_wait
     for what, handler in (("sampling", sampling), ("elicitation", elicitation)):
         if handler is not None and not callable(handler):
             raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
@@ -196,7 +201,7 @@ def connect(
         host=host.abilities,
         roots=host.roots,
     )
-    config = Config(built, connect_wait, session, host)
+    config = Config(built, connect_wait, session, host, connect_deadline=deadline)
     request_wait = check_timeout("request_timeout", request_timeout)
     shared = SharedState()
     ids = RequestBuilder()
@@ -212,15 +217,15 @@ def connect(
     ref.tell(Start(worker, client._snapshot))
     # The session's own deadline ends the connect at connect_timeout, naming the stage that ran
     # out; this wait only guards against a shell too busy to report it.
-    if not shared.ready.wait(connect_wait + _SHELL_GRACE):
-        client.disconnect()
+    if not shared.ready.wait(max(0.0, deadline + _GRACE - time.monotonic())):
+        client._begin_disconnect()
         raise ConnectError(
             f"no connection to {config.transport.describe()} within {connect_wait:.1f}s; "
             "check the server is running and speaks MCP, or raise connect_timeout",
             reason="timeout",
         )
     if shared.connect_error is not None:
-        client._wait_stopped(config.connect_timeout + 1.0)
+        client._wait_stopped(max(0.0, deadline + _GRACE - time.monotonic()))
         error = shared.connect_error
         raise error if isinstance(error, ConnectError) else ConnectError(str(error))
     return client

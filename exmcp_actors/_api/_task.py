@@ -19,6 +19,7 @@ from .._protocol._filters import TASK_STATUS
 from .._protocol._host_checks import TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
 from .._protocol._messages import NOTIFICATION, Notification
+from .._protocol._peer_text import peer_text
 from .._util._checks import check_timeout
 
 _END = object()
@@ -40,7 +41,7 @@ class Task:
     def __init__(self, client: TaskClient, task: dict[str, Any], forget: Callable[[str], None] | None = None) -> None:
         task_id = task.get("taskId")
         if not isinstance(task_id, str) or not task_id:
-            raise ProtocolError(f"the server's CreateTaskResult has no taskId string: {task!r}")
+            raise ProtocolError(f"the server's CreateTaskResult has no taskId string: {peer_text(task)}")
         self.task_id: str = task_id
         self._client = client
         self._lock = threading.Lock()

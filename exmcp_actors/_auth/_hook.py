@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 import httpx
 
 from ._discovery import canonical
+from ._fetch import require_secure
 
 if TYPE_CHECKING:
     from ._oauth import OAuth
@@ -25,6 +26,7 @@ class BearerAuth(httpx.Auth):
     """Attach the server's bearer token; on 401/403 let the OAuth object act, and retry."""
 
     def __init__(self, oauth: OAuth, server: str) -> None:
+        require_secure(server, "the bearer token")  # at construction: the host's URL is the mistake
         self._oauth = oauth
         self._server = canonical(server)
 

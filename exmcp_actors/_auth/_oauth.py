@@ -7,6 +7,11 @@ which discovers the authorization server, identifies the client, obtains a
 token (refreshing first when it can) and says whether a retry makes sense.
 Every step runs under one lock, so concurrent 401s cause one flow.
 
+What an authorization server issued (tokens, a registration and its secret)
+is kept with its issuer and goes to no other: when the server's metadata
+starts naming another authorization server, they are discarded and the flow
+starts anew there; a pre-registered client is used with its own issuer only.
+
 Secrets (tokens, codes, verifiers, client secrets, assertions) never reach a
 log record or an exception text: messages name the step and the server's
 ``error`` code only.
@@ -19,14 +24,26 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser
-from ._discovery import AuthError, Discovery, canonical, discover, parse_challenge
+from .._protocol._peer_text import peer_text
+from ._binding import bound_record, pre_registered_issuer
+from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser, reusable_redirect
+from ._callback import authorization_code
+from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
+from ._fetch import exchange, oauth_client, require_secure, require_url, shown
+from ._fetch import origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
-from ._tokens import JWT_BEARER, ClientIdentity, choose_auth_method, request_token
+from ._tokens import (
+    JWT_BEARER,
+    REGISTRATION_METHODS,
+    ClientIdentity,
+    authorization_url,
+    choose_auth_method,
+    request_token,
+)
 
 __all__ = ["OAuth"]
 
@@ -46,22 +63,23 @@ def _http_url(server: str) -> str:
     return canonical(urlunsplit((scheme, parts.netloc, parts.path, parts.query, "")))
 
 
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-
-
 class OAuth:
     """OAuth 2.1 authorization for MCP servers over HTTP (and the WebSocket upgrade).
 
     Args:
         client_name: the name registered with the authorization server.
         redirect_uri: loopback redirect URI; port 0 picks a free port (fixed
-            for this object's life, so a registration stays valid).
+            for this object's life, so a registration stays valid), or the
+            port a stored registration registered, when it is free.
         scopes: scopes to request; None: what the server asks for
             (``WWW-Authenticate``, else its ``scopes_supported``, else none).
         client_id: a pre-registered client id (skips registration).
         client_secret: its secret, if it has one.
+        client_issuer: the issuer of the authorization server ``client_id`` is
+            registered with; its credentials go to no other (a server naming
+            another one fails with :class:`AuthError`). None: the first
+            authorization server this object uses them with (or the one a
+            stored record names) is taken for it.
         client_metadata_url: a Client ID Metadata Document URL, used when the
             authorization server supports it.
         grant: ``"authorization_code"``, ``"client_credentials"`` or
@@ -77,7 +95,8 @@ class OAuth:
         on_authorize: ``fn(authorization_url) -> callback_url``; None: open the
             system browser and wait for the redirect on the loopback listener.
         authorize_timeout: seconds the default ``on_authorize`` waits for the browser.
-        timeout: seconds for each request to an authorization server.
+        timeout: seconds for each request to an authorization server, whole
+            (connecting, then its answer to the last byte).
         verify: TLS verification for authorization servers (as httpx takes it).
 
     Raises:
@@ -104,6 +123,7 @@ class OAuth:
         storage: TokenStorage | None = None,
         on_authorize: Callable[[str], str] | None = None,
         *,
+        client_issuer: str | None = None,
         authorize_timeout: float = 300.0,
         timeout: float = 30.0,
         verify: bool = True,
@@ -117,6 +137,8 @@ class OAuth:
             raise ValueError("grant='client_credentials' needs a client_id (and a client_secret or private_key_pem)")
         if private_key_pem is not None and not client_id:
             raise ValueError("private_key_pem needs the client_id it was registered for")
+        if client_issuer is not None and not client_id:
+            raise ValueError("client_issuer names where a pre-registered client_id is registered: give the client_id")
         if grant == JWT_BEARER and not callable(assertion_provider):
             raise ValueError("the jwt-bearer grant needs assertion_provider, a function (audience, resource) -> str")
         if on_authorize is not None and not callable(on_authorize):
@@ -128,6 +150,8 @@ class OAuth:
         self.scopes = list(scopes) if scopes is not None else None
         self.client_id = client_id
         self._client_secret = client_secret
+        #: The issuer the pre-registered client belongs to (given, or the first one met).
+        self.client_issuer = client_issuer
         self.client_metadata_url = client_metadata_url
         self.grant = grant
         self._private_key_pem = private_key_pem
@@ -152,6 +176,7 @@ class OAuth:
 
     def bearer(self, server: str) -> str | None:
         """The access token for ``server`` (refreshed first when it expired), or None."""
+        require_secure(server, "the bearer token")
         key = _http_url(server)
         # Bounded: another connection may hold the lock through a browser authorization.
         if not self._lock.acquire(timeout=self.timeout):
@@ -207,9 +232,14 @@ class OAuth:
     # -- the flow ---------------------------------------------------------------
 
     def _obtain(self, key: str, status: int, params: dict[str, str]) -> None:
-        with httpx.Client(timeout=self.timeout, verify=self.verify, follow_redirects=False) as http:
+        with oauth_client(self.timeout, self.verify) as http:
             found = discover(http, key, params)
             record = self.storage.load(key) or {}
+            if self.client_id:
+                self.client_issuer = pre_registered_issuer(self.client_id, self.client_issuer, found, record, key)
+            record = bound_record(self.storage, key, found, record)
+            if self.grant == "authorization_code":
+                check_pkce(found)  # before anything is sent to the authorization server
             scope = self._scope(key, found, params, record, status)
             identity = self._identity(http, found, record, scope)
         record.update(
@@ -235,21 +265,24 @@ class OAuth:
     def _scope(
         self, key: str, found: Discovery, params: dict[str, str], record: dict[str, Any], status: int
     ) -> str | None:
+        challenged = params.get("scope", "").split()
         if self.scopes is not None:
             asked = list(self.scopes)
-        elif params.get("scope"):
-            asked = params["scope"].split()
+        elif challenged:
+            asked = challenged
         else:
             asked = list(found.scopes_supported)
         if status == 403:
+            # A step-up asks what was asked before and what the challenge names, whatever
+            # the host chose: the challenge's scopes are what the operation needs (MCP).
             tokens = record.get("tokens") or {}
-            before = str(tokens.get("requested_scope") or "").split()
-            asked = before + [s for s in asked if s not in before]
+            asked = list(dict.fromkeys([*str(tokens.get("requested_scope") or "").split(), *asked, *challenged]))
             wanted = frozenset(asked)
             seen, count = self._step_ups.get(key, (frozenset(), 0))
             count = count + 1 if wanted == seen else 1
             if count > MAX_STEP_UPS:
-                raise AuthError(f"the server still refuses scope {' '.join(asked)!r} after {MAX_STEP_UPS} step-ups")
+                refused = peer_text(" ".join(asked), quote=True)  # the server's words, up to a header long
+                raise AuthError(f"the server still refuses scope {refused} after {MAX_STEP_UPS} step-ups")
             self._step_ups[key] = (wanted, count)
         supported = found.metadata.get("scopes_supported")
         if (
@@ -270,10 +303,13 @@ class OAuth:
             return ClientIdentity(
                 self.client_id, self._client_secret, method, self._private_key_pem, self.signing_algorithm
             )
-        saved = record.get("client")
-        if isinstance(saved, dict) and record.get("issuer") == found.issuer and saved.get("client_id"):
+        saved = record.get("client")  # the record is this issuer's (bound_record saw to it)
+        if isinstance(saved, dict) and saved.get("client_id") and self._registered_redirect_usable(saved):
             return ClientIdentity(
-                saved["client_id"], saved.get("client_secret"), saved.get("token_endpoint_auth_method") or "none"
+                saved["client_id"],
+                saved.get("client_secret"),
+                saved.get("token_endpoint_auth_method") or "none",
+                redirect_uri=saved.get("redirect_uri"),
             )
         if self.client_metadata_url and found.metadata.get("client_id_metadata_document_supported") is True:
             return ClientIdentity(self.client_metadata_url, None, "none")
@@ -282,29 +318,44 @@ class OAuth:
             raise AuthError("no client_id was given and the authorization server offers no client registration")
         return self._register(http, registration, supported, scope)
 
+    def _registered_redirect_usable(self, saved: dict[str, Any]) -> bool:
+        """Whether this flow can use the redirect URI a stored registration registered (see
+        :func:`reusable_redirect`); on True, the flow uses it."""
+        if self.grant != "authorization_code":
+            return True  # no redirect in the grant
+        registered = saved.get("redirect_uri")
+        if self._frozen_redirect is not None:
+            return registered == self._frozen_redirect
+        self._frozen_redirect = reusable_redirect(registered, self.redirect_uri)
+        return self._frozen_redirect is not None
+
     def _register(self, http: httpx.Client, endpoint: str, supported: Any, scope: str | None) -> ClientIdentity:
         methods = supported if isinstance(supported, list) and supported else ["client_secret_basic"]
-        method = next((m for m in ("client_secret_basic", "client_secret_post", "none") if m in methods), "none")
+        method = next((m for m in REGISTRATION_METHODS if m in methods), "none")
         interactive = self.grant == "authorization_code"
+        redirect = self._redirect() if interactive else None
         body: dict[str, Any] = {
             "client_name": self.client_name,
-            "redirect_uris": [self._redirect()] if interactive else [],
+            "redirect_uris": [redirect] if redirect else [],
             "grant_types": ["authorization_code", "refresh_token"] if interactive else [self.grant],
             "response_types": ["code"] if interactive else [],
             "token_endpoint_auth_method": method,
+            # MCP authorization (2026-07-28) asks for one: OIDC servers take its absence
+            # for "web", whose rules refuse a loopback redirect URI.
+            "application_type": "native",
         }
         if scope:
             body["scope"] = scope
         try:
-            response = http.post(endpoint, json=body)
+            answer = exchange(http, "POST", endpoint, json=body)
         except httpx.HTTPError as exc:
-            raise AuthError(f"client registration at {endpoint} failed: {type(exc).__name__}") from exc
-        try:
-            info = response.json() if response.status_code in (200, 201) else None
-        except ValueError:
-            info = None
-        if not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
-            raise AuthError(f"client registration at {endpoint} answered HTTP {response.status_code}")
+            raise AuthError(f"client registration at {shown(endpoint)} failed: {type(exc).__name__}") from exc
+        info = answer.json()
+        if answer.status not in (200, 201) or not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
+            # RFC 7591 section 3.2.2: a refusal's ``error`` says why (invalid_redirect_uri...).
+            error = info.get("error") if isinstance(info, dict) and answer.status >= 400 else None
+            why = f": {peer_text(error, 100)}" if isinstance(error, str) else ""
+            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}{why}")
         secret = info.get("client_secret") if isinstance(info.get("client_secret"), str) else None
         given = info.get("token_endpoint_auth_method")
         chosen = given if isinstance(given, str) else method
@@ -312,7 +363,12 @@ class OAuth:
             chosen = "none"
         elif chosen == "none":
             chosen = "client_secret_basic"
-        return ClientIdentity(info["client_id"], secret, chosen)
+        if chosen not in REGISTRATION_METHODS:  # refused before it is saved, and reused by every flow
+            raise AuthError(
+                f"client registration at {shown(endpoint)} chose the token endpoint auth method"
+                f" {peer_text(chosen, 60, quote=True)}, which this client cannot use"
+            )
+        return ClientIdentity(info["client_id"], secret, chosen, redirect_uri=redirect)
 
     def _grant(self, key: str, found: Discovery, identity: ClientIdentity, scope: str | None) -> dict[str, Any]:
         token_endpoint = found.endpoint("token_endpoint")
@@ -336,37 +392,36 @@ class OAuth:
         token_endpoint = found.endpoint("token_endpoint")
         if endpoint is None or token_endpoint is None:
             raise AuthError("the authorization server metadata has no authorization_endpoint")
+        require_url(endpoint, "the authorization_endpoint")  # before authlib takes it apart
         from authlib.common.security import generate_token  # on first use: see _tokens.py
-        from authlib.integrations.httpx_client import OAuth2Client
 
         redirect = self._redirect()
         verifier = generate_token(64)
         state = generate_token(32)
-        with OAuth2Client(
-            client_id=identity.client_id, redirect_uri=redirect, scope=scope, code_challenge_method="S256"
-        ) as client:
-            url, _ = client.create_authorization_url(
-                endpoint, state=state, code_verifier=verifier, resource=found.resource
-            )
-        callback = self._authorize(url, redirect)
-        query = parse_qs(urlsplit(callback).query)
-        if query.get("state", [None])[0] != state:
-            raise AuthError("the authorization callback's state does not match the request (possible forgery)")
-        if "error" in query:
-            raise AuthError(f"the authorization server refused: {query['error'][0][:100]}")
-        code = query.get("code", [None])[0]
-        if not code:
-            raise AuthError("the authorization callback carries no code")
+        url = authorization_url(
+            endpoint,
+            client_id=identity.client_id,
+            redirect_uri=redirect,
+            scope=scope,
+            state=state,
+            code_verifier=verifier,
+            resource=found.resource,
+        )
+        # Checked before the code goes to any token endpoint (RFC 9207 section 2.4).
+        code = authorization_code(self._authorize(url, redirect, state), state, found.metadata)
         params = {"code": code, "redirect_uri": redirect, "code_verifier": verifier, "resource": found.resource}
         return self._token(identity, found.issuer, token_endpoint, "authorization_code", params)
 
-    def _authorize(self, url: str, redirect: str) -> str:
+    def _authorize(self, url: str, redirect: str, state: str) -> str:
+        require_secure(url, "the authorization request")
         if self._on_authorize is not None:
             try:
                 return str(self._on_authorize(url))
             except Exception as exc:
                 raise AuthError(f"on_authorize failed: {type(exc).__name__}") from exc
-        listener = LoopbackListener(redirect)
+        # Only the response to this request ends the wait: any local process can reach the
+        # listener, and a forged callback taken first would fail the flow.
+        listener = LoopbackListener(redirect, state)
         open_browser(url)
         return listener.wait(redirect, self.authorize_timeout)
 
@@ -385,6 +440,8 @@ class OAuth:
         token_endpoint = record.get("token_endpoint")
         if not isinstance(token_endpoint, str) or not client.get("client_id"):
             raise AuthError("nothing known of the authorization server to refresh with")
+        if not isinstance(tokens.get("refresh_token"), str):  # a server's answer, kept as it came
+            raise AuthError("the refresh token is not a string: there is nothing to refresh with")
         identity = ClientIdentity(
             client["client_id"],
             client.get("client_secret"),

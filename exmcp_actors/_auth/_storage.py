@@ -13,13 +13,23 @@ library reads and writes it whole.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import threading
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 __all__ = ["FileTokenStorage", "MemoryTokenStorage", "TokenStorage"]
+
+_TEMP_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+#: Names drawn before giving up (each is 64 random bits: a clash means someone is planting).
+_TEMP_ATTEMPTS: Final = 8
+
+
+def _temp_suffix() -> str:
+    return secrets.token_hex(8)
 
 
 @runtime_checkable
@@ -77,14 +87,34 @@ class FileTokenStorage:
         with self._lock:
             records = self._read()
             records[server] = record
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            # Created 0600 from the start: the tokens are never readable by others, not even briefly.
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                json.dump(records, file)
-            os.chmod(temp, 0o600)
-            os.replace(temp, self.path)
+            # A new folder is the owner's only: whoever can write it can swap files in it.
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, temp = self._create_temp()
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as file:
+                    json.dump(records, file)
+                    file.flush()
+                    os.fsync(file.fileno())  # the rename below must not publish an empty file after a crash
+                os.replace(temp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                raise
+
+    def _create_temp(self) -> tuple[int, Path]:
+        """A new file beside the target, under a name nobody can plant a link at beforehand.
+
+        O_EXCL: a file (or link) already at the name is an error, never opened, and another
+        name is drawn; O_NOFOLLOW: not even a dangling link is followed. Created 0600 from
+        the start: the tokens are never readable by others, not even briefly.
+        """
+        for _ in range(_TEMP_ATTEMPTS):
+            temp = self.path.with_name(f".{self.path.name}.{_temp_suffix()}.tmp")
+            try:
+                return os.open(temp, _TEMP_FLAGS, 0o600), temp
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"could not create a temporary file beside {self.path} in {_TEMP_ATTEMPTS} attempts")
 
     def _read(self) -> dict[str, Any]:
         try:

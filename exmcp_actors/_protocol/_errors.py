@@ -16,11 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._peer_text import peer_text
+from ._peer_text import escape_unsafe, peer_text
 
 
 class Error(Exception):
-    """Base class of every exception this library raises on purpose."""
+    """Base class of every exception this library raises on purpose.
+
+    Its text never carries a raw control character: many quote what a server said (bounded
+    at the raise site), and a host prints them, logs them or shows them on a terminal.
+    """
 
     reason: Any = "error"
     #: What ``str()`` says when the raise site gives no message: a sentence, never a bare code.
@@ -29,7 +33,9 @@ class Error(Exception):
     def __init__(self, message: str | None = None, *, reason: Any = None) -> None:
         if reason is not None:
             self.reason = reason
-        super().__init__(message if message is not None else self.default_message)
+        if message is None:
+            message = self.default_message
+        super().__init__(escape_unsafe(message) if isinstance(message, str) else message)
 
 
 class ConnectError(Error):

@@ -30,10 +30,12 @@ class Opened(NamedTuple):
 
 
 class OpenFailed(NamedTuple):
-    """The connector could not open the transport for this generation."""
+    """The connector could not open the transport for this generation; ``out_of_time``: the
+    open ran until the time it was given was up (the open stage's timeout, in effect)."""
 
     generation: int
     error: BaseException
+    out_of_time: bool = False
 
 
 class Frames(NamedTuple):

@@ -182,7 +182,7 @@ class Handshake:
     def _probe_answered(self, answer: Answer) -> list[Action]:
         if isinstance(answer, RequestFailed):
             if self.mode == "modern":
-                return self._fail(f"server/discover failed: {answer.error}")
+                return self._fail(f"server/discover failed: {peer_text(str(answer.error), 1000)}")
             # A legacy HTTP server refuses the unknown method at the HTTP level (400, 404, 405).
             return self._initialize()
         if isinstance(answer, ErrorResponse):
@@ -221,7 +221,7 @@ class Handshake:
 
     def _initialize_answered(self, answer: Answer) -> list[Action]:
         if isinstance(answer, RequestFailed):
-            why = f"initialize failed: {answer.error}"
+            why = f"initialize failed: {peer_text(str(answer.error), 1000)}"  # a transport's words, maybe the server's
             return self._fail(why, reason=("initialize_failed", error_term(answer.error)))
         if isinstance(answer, ErrorResponse):
             supported = _supported_versions(answer.data)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._filters import LOG_MESSAGE, TASK_STATUS
+from ._peer_text import peer_text
 
 SAMPLING = "sampling/createMessage"
 ELICITATION = "elicitation/create"
@@ -95,7 +96,7 @@ def check_request(method: str, params: Any) -> str | None:
         if mode == "form" and not isinstance(params.get("requestedSchema"), dict):
             return "elicitation/create in form mode needs 'requestedSchema', an object"
         if mode not in ("form", "url"):
-            return f"elicitation/create mode must be 'form' or 'url', got {mode!r}"
+            return f"elicitation/create mode must be 'form' or 'url', got {peer_text(mode, quote=True)}"
         if mode == "url":
             return "elicitation/create in url mode is not supported by this client"
     return None

@@ -33,6 +33,7 @@ from ._host_checks import (
     finish_answer,
 )
 from ._host_tasks import TASK_METHODS, ClientTasks
+from ._peer_text import peer_text
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -144,7 +145,8 @@ class HostRequests:
 
     def _cancelled(self, request_id: Any) -> None:
         if self.in_handler.pop(request_id, None) is not None:
-            logger.info("%s: the server cancelled request %r; its answer will not be sent", self.name, request_id)
+            shown = peer_text(request_id, quote=True)
+            logger.info("%s: the server cancelled request %s; its answer will not be sent", self.name, shown)
 
     def _warn(self, method: str, why: str, params: Any) -> None:
         self._dropped += 1

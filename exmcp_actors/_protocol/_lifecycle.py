@@ -19,14 +19,17 @@ from ._config import SessionConfig
 from ._errors import ConnectError, ConnectionLost
 from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, SendFrame
 from ._listeners import Listeners
+from ._peer_text import peer_text
 from ._pending import PendingTable
 from ._registry import Registry
-from ._stages import StageClock
+from ._stages import StageClock, timeout_error
 from ._state import ConnectionState, EntryState, Move, Phase, Stage
 from ._subscriptions import Subscriptions
 
 logger = logging.getLogger("exmcp_actors")
 
+#: How much of a transport's reason for a failure or a loss is kept, in its texts and records.
+_REASON_CHARS: Final = 1000
 #: The stage of each handshake phase.
 _HANDSHAKE_STAGES: Final = {Phase.PROBING: Stage.DISCOVER, Phase.INITIALIZING: Stage.INITIALIZE}
 
@@ -118,16 +121,23 @@ class Lifecycle:
         self._run_handshake(self.handshake.start())
 
     def open_failed(self, message: ev.OpenFailed) -> None:
-        if self._current(message.generation):
-            self._attempt_failed(message.error)
+        if not self._current(message.generation):
+            return
+        if message.out_of_time:
+            # The same failure as the stage's own timer, whichever comes first: named alike.
+            logger.info("%s: the transport did not open in time: %s", self.name, message.error)
+            self._attempt_failed(timeout_error(Stage.OPEN, self.config.stage_timeout))
+            return
+        self._attempt_failed(message.error)
 
     def _attempt_failed(self, error: BaseException | Any) -> None:
-        # What the host sees in ("reconnect_exhausted", last_error): the error's own words.
-        self.last_error = str(error) if isinstance(error, BaseException) else error
+        # What the host sees in ("reconnect_exhausted", last_error): the error's own words, which
+        # may quote the server's (a transport's, the host's own, not always escaped).
+        self.last_error = peer_text(str(error), _REASON_CHARS) if isinstance(error, BaseException) else error
         if not self.connection.was_ready:
             # The first connect fails fast: connect() reports it to the caller.
             self.connect_error = (
-                error if isinstance(error, ConnectError) else ConnectError(f"could not connect: {error}")
+                error if isinstance(error, ConnectError) else ConnectError(f"could not connect: {self.last_error}")
             )
             self.stop(("transport_closed", self.last_error))
             return
@@ -254,24 +264,27 @@ class Lifecycle:
     def lost(self, message: ev.Lost) -> None:
         if not self._current(message.generation):
             return
-        logger.warning("%s: transport lost: %s", self.name, message.reason)
-        self.last_error = message.reason
+        # Every transport's words for its loss come in here; they may quote the server's
+        # (a close reason, a status line), and any transport, the host's own too, may send them.
+        reason = peer_text(message.reason, _REASON_CHARS)
+        logger.warning("%s: transport lost: %s", self.name, reason)
+        self.last_error = reason
         self._drop_connection()
         if not self.connection.was_ready:
-            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
+            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {reason}"))
             return
         if not self.config.reconnect:
-            self.stop(("transport_closed", message.reason))
+            self.stop(("transport_closed", reason))
             return
         if not self.ready:
             # The attempt opened but was lost before it was ready: it counts as a failed attempt.
-            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {message.reason}"))
+            self._attempt_failed(ConnectError(f"the connection closed during the handshake: {reason}"))
             return
         settled = self.stages.settled
         self._lose_ready()
         if not settled:
             # Lost again before the reconnect's resubscription finished: that attempt failed.
-            self._attempt_failed(ConnectError(f"the connection closed while resubscribing: {message.reason}"))
+            self._attempt_failed(ConnectError(f"the connection closed while resubscribing: {reason}"))
             return
         self.attempts = 0
         self._open(self.config.backoff.delay(1))

@@ -5,7 +5,9 @@ A server's strings (error messages, HTTP reason phrases, method names, bodies) a
 we raise. Raw, a string could forge log lines (CR LF), drive the terminal that shows the
 log (ESC, BEL) or hide what follows it (bidirectional overrides); a value could cost the
 repr of megabytes, or recurse past the stack, for a line that shows 200 characters. Every
-such text goes through :func:`peer_text`.
+such text goes through :func:`peer_text`; a whole line made of bounded parts (a formatted log
+record, a line for a terminal, an error's text) through :func:`escape_unsafe`, the same
+escaping without the bound.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def _bounded_repr(limit: int) -> reprlib.Repr:
 _REPR: Final = _bounded_repr(DEFAULT_LIMIT)
 
 
+def escape_unsafe(text: str) -> str:
+    """``text`` with the characters :func:`peer_text` escapes escaped, and nothing cut.
+
+    For a whole line that quotes bounded peer text among our own words (a log record as a
+    handler formats it, a line for a terminal): the bound was applied where each part was made.
+    """
+    return _UNSAFE.sub(_escaped, text)
+
+
 def peer_text(value: Any, limit: int = DEFAULT_LIMIT, *, quote: bool = False) -> str:
     """``value``, safe to print, in at most about ``limit`` characters.
 
@@ -46,8 +57,8 @@ def peer_text(value: Any, limit: int = DEFAULT_LIMIT, *, quote: bool = False) ->
     repr (whose strings ``repr`` escapes). What is cut ends in ``...``.
     """
     if isinstance(value, str) and not quote:
-        text = _UNSAFE.sub(_escaped, value[:limit])
+        text = escape_unsafe(value[:limit])
         return text + "..." if len(value) > limit else text
     shown = _REPR if limit == DEFAULT_LIMIT else _bounded_repr(limit)
-    text = _UNSAFE.sub(_escaped, shown.repr(value))  # an object's own __repr__ may not escape
+    text = escape_unsafe(shown.repr(value))  # an object's own __repr__ may not escape
     return text[:limit] + "..." if len(text) > limit else text

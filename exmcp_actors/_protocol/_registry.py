@@ -20,6 +20,7 @@ from ._errors import NotConnected, TransitionError
 from ._events import Effects, Outbox, Release, RetireProxy, StartProxy, ToWorker
 from ._filters import NotificationFilter
 from ._index import Index
+from ._peer_text import peer_text
 from ._state import ENTRY_MOVES, ENTRY_STARTS, UNANNOUNCED, EntryState, checked_move
 
 _new_tuple = tuple.__new__
@@ -145,7 +146,7 @@ class Registry:
         if entry.state not in UNANNOUNCED:
             self.emit(entry, entry.closed(reason))
         self._fx.reject(
-            entry.ack_future, NotConnected(f"the subscription closed before it was acknowledged: {reason!r}")
+            entry.ack_future, NotConnected(f"the subscription closed before it was acknowledged: {peer_text(reason)}")
         )
         self.forget(entry.handle.id)
 

@@ -198,7 +198,7 @@ class Session:
             return
         reason = ("crashed", repr(error))
         if not life.connection.was_ready:  # connect() reports it, rather than return a closed client
-            life.connect_error = ConnectError(f"the client crashed while connecting: {error!r}", reason=reason)
+            life.connect_error = ConnectError(f"the client crashed while connecting: {peer_text(error)}", reason=reason)
         life.stop(reason)
 
     def _on_frame(self, frame: rpc.Frame) -> None:

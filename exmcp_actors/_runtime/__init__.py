@@ -33,7 +33,9 @@ a handle's inbox and bound     queued by whoever delivers (under the monitor or 
                                lane's lock), read by the host; cut levels only rise
 the transport                  ``send``/``cancel_stream`` by a monitor holder;
                                ``open``/``close`` by a connector or the shutdown,
-                               under ``Shell.transport_lock``
+                               under ``Shell.transport_lock``; ``abort_open`` by
+                               the shutdown, without it (it wakes the open that
+                               holds it)
 =============================  =====================================================
 
 How a thread feeds the session
@@ -92,7 +94,9 @@ A thread holding a lock may take only those below it, never one above::
                              HostRuntime's early-status lock > a Book's
 
 ``Shell.transport_lock`` stands apart: a connector holds it while it opens the transport
-(blocking I/O) and takes nothing else; the shutdown takes it after letting go of the monitor.
+(blocking I/O) and takes nothing else but ``Shell._opening_lock`` (a leaf, held only to
+say it is opening); the shutdown takes it after letting go of the monitor, and first wakes
+the open it would wait for (``Shell.abort_open``).
 A thread that holds the monitor and asks for it again gets ``_monitor.Reentered`` (a bug of
 the library), never a hang; an input raised inside a delivery (a bound's overflow) is run
 before the monitor is let go (``SessionMonitor.defer``), or, raised on a reader delivering

@@ -190,6 +190,7 @@ class ClientActor(pykka.ThreadingActor):
         """Close every handle with ``reason``, fail pending work, release every resource."""
         shell = self.shell
         shell.stopping.set()
+        shell.abort_open()  # a reconnect blocked in its open ends now, not at its timeout
         self.lane.open_for(None)  # the closing messages come after anything a reader delivers
         try:
             with self.monitor.turn(SHUTDOWN_MONITOR_WAIT) as session:

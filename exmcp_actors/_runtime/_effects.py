@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,8 @@ class Config:
     session: SessionConfig
     #: Runs the host's handlers and callbacks (off the library's locks and actors).
     host: HostRuntime | None = None
+    #: When (``time.monotonic()``) the first connect must be done: its open gets what is left.
+    connect_deadline: float | None = None
 
 
 class Shell:
@@ -84,6 +87,11 @@ class Shell:
         self._proxy_lock = threading.Lock()
         self._actor: pykka.ActorRef[Any] | None = None
         self._sink: Callable[[int], FrameSink] | None = None
+        #: The first open's deadline, then None: a reconnect's open gets connect_timeout.
+        self._first_deadline = config.connect_deadline
+        #: A connector is inside ``transport.open()`` (a leaf lock, held for nothing else).
+        self._opening = False
+        self._opening_lock = threading.Lock()
 
     def attach(self, actor: pykka.ActorRef[Any], sink: Callable[[int], FrameSink]) -> None:
         """The client actor, which timers, connectors and proxies report to, and how to make
@@ -231,33 +239,59 @@ class Shell:
             self._send(session, ev.Send(effect.notice))
 
     def _open_transport(self, session: Session, effect: ev.OpenTransport) -> None:
+        timeout = self.config.connect_timeout
+        if self._first_deadline is not None:
+            # One deadline for the whole connect(): the open gets what is left of it.
+            timeout = min(timeout, max(0.0, self._first_deadline - time.monotonic()))
+            self._first_deadline = None
         self.connector = threading.Thread(
             target=self._connect_attempt,
-            args=(effect.generation, effect.delay),
+            args=(effect.generation, effect.delay, timeout),
             name=f"exmcp-connect-{self.name}",
             daemon=True,
         )
         self.connector.start()
         self.shared.adopt(self.connector)
 
-    def _connect_attempt(self, generation: int, delay: float) -> None:
-        """Connector thread: close what is left of the last connection, wait, open anew."""
+    def _connect_attempt(self, generation: int, delay: float, timeout: float) -> None:
+        """Connector thread: close what is left of the last connection, wait, open anew within ``timeout``."""
         if delay > 0 and self.stopping.wait(delay):
             return
         assert self._sink is not None
         with self.transport_lock:
             if self.stopping.is_set():
                 return
+            started = None
             try:
                 self.transport.close()
-                self.transport.open(self._sink(generation), timeout=self.config.connect_timeout)
+                with self._opening_lock:  # stopping is set before abort_open() looks here
+                    if self.stopping.is_set():
+                        return
+                    self._opening = True
+                started = time.monotonic()
+                self.transport.open(self._sink(generation), timeout=timeout)
             except BaseException as error:  # report every failure: the session decides what follows
-                self.tell_actor(ev.OpenFailed(generation, error))
+                out_of_time = started is not None and time.monotonic() - started >= timeout
+                self.tell_actor(ev.OpenFailed(generation, error, out_of_time))
                 return
+            finally:
+                with self._opening_lock:
+                    self._opening = False
             if self.stopping.is_set():
                 self.transport.close()
                 return
         self.tell_actor(ev.Opened(generation))
+
+    def abort_open(self) -> None:
+        """Once stopping is set: wake a connector blocked in ``transport.open()``, so that the
+        shutdown does not wait out the open's timeout (no open starts after this)."""
+        with self._opening_lock:
+            opening = self._opening
+        if opening:
+            try:
+                self.transport.abort_open()
+            except Exception:  # the shutdown must go on
+                logger.exception("%s: aborting the open in progress failed", self.name)
 
     def _arm_timer(self, session: Session, effect: ev.ArmTimer) -> None:
         if len(self.timers) >= _TIMER_SWEEP:

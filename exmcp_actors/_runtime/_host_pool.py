@@ -18,6 +18,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
+from .._protocol._peer_text import peer_text
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -195,7 +196,7 @@ class HostRuntime:
         """Answer one embedded request of a 2026-07-28 ``input_required`` result in this thread:
         ``(result, None)`` or ``(None, why)``."""
         if not self.abilities.answers(method):
-            return None, f"this client does not handle {method}"
+            return None, f"this client does not handle {peer_text(method)}"
         params = {} if params is None else params
         why = check_request(method, params)
         if why is not None:

@@ -81,6 +81,12 @@ class Transport(abc.ABC):
     def negotiated(self, protocol_version: str, era: str) -> None:  # noqa: B027 - optional hook
         """Told after the handshake; HTTP uses it for headers and the GET stream."""
 
+    def abort_open(self) -> None:  # noqa: B027 - optional hook
+        """Make an ``open()`` in progress on another thread fail now, and any other until the
+        next ``close()``; called without the lock ``open`` runs under, so that a client that
+        is shutting down does not wait out the open's timeout. Nothing by default: an open
+        that cannot block for long needs nothing here (WebSocket implements it)."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """End the current connection and join its threads. Idempotent, bounded in time.

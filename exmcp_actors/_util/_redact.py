@@ -13,6 +13,10 @@ those propagating from its children), so :func:`install` also wraps the
 log-record factory: every record whose logger name falls under
 :data:`PREFIXES` (``exmcp_actors.hub``, ``authlib.oauth2...``, any added later)
 is redacted when it is created.
+
+The same point escapes what is left of a record's control characters
+(:func:`~exmcp_actors._protocol._peer_text.escape_unsafe`): no record the library causes can
+drive the terminal that shows it or forge a line of the log.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any, Final
+
+from .._protocol._peer_text import escape_unsafe
 
 #: Every logger the library or its dependencies log to while it works.
 LOGGERS: Final = (
@@ -38,12 +44,17 @@ LOGGERS: Final = (
     "hpack",
     "websocket",
 )
-#: Logger-name roots whose whole subtree is redacted, whatever the child's name.
-PREFIXES: Final = ("exmcp_actors", "httpx", "httpcore", "hpack", "websocket", "authlib")
+#: Logger-name roots whose whole subtree is redacted, whatever the child's name. ``httpx2``
+#: and ``httpcore2`` are the stack authlib's httpx integration switches to when installed: the
+#: library sends nothing through it, but a host's own authlib (or MCP SDK) calls may.
+PREFIXES: Final = ("exmcp_actors", "httpx", "httpcore", "hpack", "websocket", "authlib", "httpx2", "httpcore2")
 MASK: Final = "***"
 
-# scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote.
-_URL = re.compile(r"""(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s@'"<>]*@)?(?P<rest>[^\s'"<>]*)""")
+# scheme://[userinfo@]host[:port][/path][?query][#fragment], up to a space or a quote. The
+# head is the whole run of scheme characters before "://", started where none precedes it:
+# with a word boundary instead, each "." or "+" of a long run of them (a server's reason
+# phrase in httpx's record) started a match scanning to the run's end, quadratic in its length.
+_URL = re.compile(r"""(?P<head>(?<![a-zA-Z0-9+.-])[a-zA-Z0-9+.-]*://)(?P<user>[^/\s@'"<>]*@)?(?P<rest>[^\s'"<>]*)""")
 # httpcore's header lists: (b'name', b'value').
 _HEADER_PAIR = re.compile(r"""\((b?)(['"])([^'"]*)\2, b?(['"]).*?\4\)""")
 # The request line of a dumped HTTP head: "GET /mcp?token=x HTTP/1.1".
@@ -94,19 +105,26 @@ def redact_text(text: str) -> str:
 
 
 class RedactingFilter(logging.Filter):
-    """Rewrites a record's message through :func:`redact_text` (it never drops a record)."""
+    """Rewrites a record's message through :func:`redact_text`, its control characters escaped
+    (it never drops a record).
+
+    The escaping is the last line of defence: a server's words are escaped where our messages
+    quote them, but a dependency quotes them raw (httpx logs each response's reason phrase).
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a broken record: leave it to the handler to report
             return True
-        redacted = redact_text(message)
+        redacted = escape_unsafe(redact_text(message))  # redacted first: header lines end in CR LF
         if redacted != message:
             record.msg, record.args = redacted, None
         if record.exc_info and record.exc_text is None and record.exc_info[1] is not None:
-            # The traceback's last line repeats the exception's message: format it redacted.
-            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+            # The traceback's last line repeats the exception's message: format it redacted,
+            # each line escaped (its line ends stay: a traceback is many lines).
+            text = redact_text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = "\n".join(escape_unsafe(line) for line in text.split("\n"))
         return True
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import logging
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import httpx
 
 from ..._protocol._peer_text import peer_text
+from ..._protocol._ratelog import RateLimitedLog
 
-__all__ = ["IO_ERRORS", "Config", "logger", "status_line"]
+__all__ = ["IO_ERRORS", "Config", "io_error_text", "logger", "status_line"]
 
 logger = logging.getLogger("exmcp_actors.http")
 
@@ -42,9 +43,17 @@ class Config:
     max_retry_delay: float
     #: Attaches the OAuth bearer token and answers 401/403 (see ``exmcp_actors._auth``).
     auth: httpx.Auth | None = None
+    #: What the server does wrong, logged at most once per interval and kind for the transport.
+    misbehaviour: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(logger), compare=False, repr=False)
 
 
 def status_line(response: httpx.Response) -> str:
     """``503 Service Unavailable``: the status and the server's reason phrase, safe to print
     (HTTP/1.1 lets a reason phrase carry ESC, BEL and other controls)."""
     return f"{response.status_code} {peer_text(response.reason_phrase, 100)}".rstrip()
+
+
+def io_error_text(exc: BaseException) -> str:
+    """``ReadTimeout: timed out``: a failed exchange's error, safe to print (an HTTP library's
+    message may quote what the server sent)."""
+    return peer_text(f"{type(exc).__name__}: {exc}", 500)

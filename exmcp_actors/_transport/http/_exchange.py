@@ -44,9 +44,9 @@ import httpx
 
 from ..._protocol._errors import ExchangeFailed, InternalError, ProtocolError
 from .._base import InvalidFrame
-from ._config import IO_ERRORS, Config, logger, status_line
+from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._pump import answers, decode
-from ._session import session_gone
+from ._session import InvalidSessionId, session_gone, session_id_from
 
 if TYPE_CHECKING:
     from ._outlet import Outlet
@@ -122,7 +122,7 @@ class Poster:
     def _connection_failed(self, post: Post, exc: Exception) -> None:
         if self._outlet.silenced(post):
             return
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = io_error_text(exc)
         logger.debug("POST %s failed: %s", post.describe(), reason)
         if post.has_id:
             self._fail_connection(post, reason)
@@ -137,8 +137,13 @@ class Poster:
     def _handle_response(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code
         if post.method == "initialize" and 200 <= status < 300:
-            session_id = response.headers.get("mcp-session-id")
-            if session_id:
+            values = [value for name, value in response.headers.raw if name.lower() == b"mcp-session-id"]
+            try:
+                session_id = session_id_from(values)
+            except InvalidSessionId as refused:
+                self._refuse_session(post, refused)
+                return
+            if session_id is not None:
                 self._session.assigned(session_id)
         if not 200 <= status < 300:
             self._http_error(post, response)
@@ -157,6 +162,13 @@ class Poster:
             why = f"the server answered a request with content type {content_type!r} (HTTP {status})"
             self._outlet.fail(post, ProtocolError(why, reason=("unexpected_content_type", content_type)))
 
+    def _refuse_session(self, post: Post, refused: InvalidSessionId) -> None:
+        """No session on an id the spec forbids: ``initialize`` fails, so nothing is ever sent
+        back with it (a control or a space would be echoed into every request's head)."""
+        self._cfg.misbehaviour.warning("session-id", "the server assigned %s; initialize fails", refused)
+        why = f"the server assigned {refused}, which no MCP server may send"
+        self._outlet.fail(post, ProtocolError(why, reason=("invalid_session_id", str(refused))))
+
     def _http_error(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code
         raw = _read_some(response, _ERROR_BODY_READ)
@@ -171,7 +183,7 @@ class Poster:
                 what = f"HTTP {status_line(response)}"
                 self._outlet.fail(post, ExchangeFailed(what, status=status, body=text))
         elif not self._outlet.silenced(post):
-            logger.warning("HTTP %s answering %s", status_line(response), post.describe())
+            self._cfg.misbehaviour.warning("refused", "HTTP %s answering %s", status_line(response), post.describe())
         own_id = server_error is not None and post.has_id and server_error.get("id") == post.request_id
         gone = session_gone(status, raw) if post.sent_session and not own_id else None
         if gone is not None:
@@ -184,7 +196,7 @@ class Poster:
             body = _read_some(response, limit + 1, strict=True)
         except IO_ERRORS as exc:
             if not self._outlet.silenced(post):
-                self._fail_connection(post, f"{type(exc).__name__}: {exc}")
+                self._fail_connection(post, io_error_text(exc))
             return
         if len(body) > limit:
             bad = InvalidFrame(f"JSON body larger than {limit} bytes", body[:200])

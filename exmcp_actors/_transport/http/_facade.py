@@ -45,7 +45,9 @@ class HttpTransport(Transport):
         reconnect_attempts: consecutive failed reconnections of an SSE stream
             before giving up (then ``transport_lost`` for the GET stream when
             the server is unreachable).
-        max_retry_delay: upper bound on a server's ``retry:`` value, seconds.
+        max_retry_delay: upper bound, in seconds, on the wait before reopening an SSE stream:
+            on a server's ``retry:`` (which is also never honoured below 0.5 s, or this bound
+            when lower) and on the doubling after attempts that ended at once.
         auth: an :class:`~exmcp_actors.OAuth`: its bearer token goes on every
             request to this URL, and a 401/403 starts its flow (one retry per new token).
 

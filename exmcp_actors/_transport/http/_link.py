@@ -44,7 +44,7 @@ class Link:
         self._outlet = Outlet(sink, self._backend)
         self._session = HttpSession(cfg)
         self._inflight = InFlight(self._outlet.silenced, self._backend)
-        pump = EventPump(cfg.max_frame_bytes, self._backend, self._outlet)
+        pump = EventPump(cfg.max_frame_bytes, self._backend, self._outlet, cfg.misbehaviour)
         streams = GetStreams(cfg, self._client, self._backend, self._session)
         self._get_stream = GetStream(streams, pump, self._outlet)
         resumer = StreamResumer(streams, pump, self._outlet)

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import httpx
 
 from ..._protocol._jsonrpc import answer_id
+from ..._protocol._peer_text import peer_text
+from ..._protocol._ratelog import RateLimitedLog
 from .._base import Frame, InvalidFrame
 from .._framing import decode_message, decode_text, invalid_frame
-from ._config import IO_ERRORS, logger
+from ._config import IO_ERRORS, io_error_text, logger
 from ._sse import SSEEvent, SSEParser
 
 if TYPE_CHECKING:
@@ -47,10 +49,11 @@ class Pumped(NamedTuple):
 class EventPump:
     """Reads SSE bodies (POST replies and GET streams alike) into the outlet."""
 
-    def __init__(self, max_frame_bytes: int, backend: TrackingBackend, outlet: Outlet) -> None:
+    def __init__(self, max_frame_bytes: int, backend: TrackingBackend, outlet: Outlet, log: RateLimitedLog) -> None:
         self._max_frame_bytes = max_frame_bytes
         self._backend = backend
         self._outlet = outlet
+        self._log = log
 
     def pump(self, response: httpx.Response, parser: SSEParser, post: Post | None) -> Pumped:
         """Deliver the events of an SSE body, one batch per network read.
@@ -78,11 +81,11 @@ class EventPump:
                 if parser.violation is not None:
                     # Bounded memory is kept by skipping; the stream itself is no longer
                     # trusted: dropped, it is resumed or reopened like any broken stream.
-                    logger.warning("SSE stream dropped: the server sent %s", parser.violation)
+                    self._log.warning("sse-violation", "SSE stream dropped: the server sent %s", parser.violation)
                     return Pumped(False, delivered)
         except IO_ERRORS as exc:
             if not (post is not None and outlet.silenced(post)) and not outlet.halt.is_set():
-                logger.debug("SSE stream broke: %s: %s", type(exc).__name__, exc)
+                logger.debug("SSE stream broke: %s", io_error_text(exc))
         return Pumped(False, delivered)
 
     def _frames(self, items: list[str | SSEEvent], request_id: Any) -> tuple[list[Frame], bool]:
@@ -112,7 +115,7 @@ class EventPump:
         if event.oversize:
             return InvalidFrame(f"SSE event larger than {self._max_frame_bytes} bytes")
         if event.event != "message":
-            logger.debug("ignored SSE event of type %r", event.event)
+            logger.debug("ignored SSE event of type %s", peer_text(event.event, quote=True))
             return None
         if not event.data:
             return None  # a priming event: it only carries an id

@@ -15,24 +15,63 @@ ASCII). The SDK server routes on the version header alone: a request
 without it, or with a legacy version, takes the legacy path; with
 ``2026-07-28`` it must match ``_meta`` exactly, as must ``Mcp-Method`` and
 ``Mcp-Name``, else error -32020 at HTTP 400.
+
+The session id is the server's, echoed on every request, so it is checked before it is kept:
+one ``Mcp-Session-Id``, only visible ASCII (0x21-0x7E, as the spec requires of a server), at
+most :data:`MAX_SESSION_ID_BYTES`. Anything else fails the ``initialize`` (whose connect
+then fails, or is retried as the reconnect policy says) and is never sent back; an empty
+value is no session, as in the official SDKs. The id is never logged.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import httpx
 
-from ._config import IO_ERRORS, Config, logger
+from ._config import IO_ERRORS, Config, io_error_text, logger
 
 if TYPE_CHECKING:
     from ._requests import Post
 
-__all__ = ["HttpSession", "session_gone"]
+__all__ = ["MAX_SESSION_ID_BYTES", "HttpSession", "InvalidSessionId", "session_gone", "session_id_from"]
 
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
+#: The longest session id kept, in bytes. It goes back on every request, and servers bound a
+#: request's header line (8 KiB in nginx) and head (16 KiB in Node.js); 4 KiB, the least a
+#: cookie may hold (RFC 6265), leaves room for the signed token (a JWT) the spec suggests.
+MAX_SESSION_ID_BYTES: Final = 4096
+_NOT_VISIBLE_ASCII: Final = re.compile(rb"[^\x21-\x7e]")
+
+
+class InvalidSessionId(ValueError):
+    """The server's ``Mcp-Session-Id`` cannot be kept; the text says why, never quoting it."""
+
+
+def session_id_from(values: Sequence[bytes]) -> str | None:
+    """The session id of an ``initialize`` response's ``Mcp-Session-Id`` values, as received
+    (None when there is none, or it is empty).
+
+    Raises:
+        InvalidSessionId: more than one, longer than :data:`MAX_SESSION_ID_BYTES`, or a byte
+            outside visible ASCII (a control, a space, a Latin-1 or UTF-8 letter).
+    """
+    if len(values) > 1:
+        raise InvalidSessionId(f"{len(values)} Mcp-Session-Id headers")
+    value = values[0] if values else b""
+    if not value:
+        return None
+    if len(value) > MAX_SESSION_ID_BYTES:
+        raise InvalidSessionId(f"an Mcp-Session-Id of {len(value)} bytes (at most {MAX_SESSION_ID_BYTES} are kept)")
+    bad = _NOT_VISIBLE_ASCII.search(value)
+    if bad is not None:
+        where = f"byte 0x{value[bad.start()]:02x} at offset {bad.start()} of {len(value)}"
+        raise InvalidSessionId(f"an Mcp-Session-Id with {where}, outside visible ASCII (0x21-0x7e)")
+    return value.decode("ascii")
 
 
 class HttpSession:
@@ -106,7 +145,7 @@ class HttpSession:
             response = client.delete(self._cfg.url, headers=headers, timeout=self._cfg.delete_timeout)
             logger.debug("DELETE session: HTTP %d", response.status_code)
         except IO_ERRORS as exc:
-            logger.debug("DELETE session failed: %s", exc)
+            logger.debug("DELETE session failed: %s", io_error_text(exc))
 
     @staticmethod
     def _stamp(headers: httpx.Headers, session_id: str | None, version: str | None) -> None:

@@ -37,6 +37,9 @@ _EOL = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 # A field name and the separator add a few bytes on top of the value.
 _LINE_SLACK = 64
+#: Digits of a ``retry:`` value read as a number; a longer run (which Python would refuse to
+#: convert past 4,300 digits) is this many nines of milliseconds, a wait beyond any cap.
+_RETRY_DIGITS = 12
 
 
 @dataclass(slots=True)  # not frozen: one is built per event, and frozen ones cost twice as much
@@ -266,7 +269,9 @@ class SSEParser:
             if b"\x00" not in value:
                 self._id_buffer = value.decode("utf-8", "replace")
         elif field == b"retry" and value.isdigit():
-            self.retry_ms = int(value)
+            # Any run of ASCII digits is a reconnection time, however long (HTML, SSE).
+            digits = value.lstrip(b"0") or b"0"
+            self.retry_ms = int(digits) if len(digits) <= _RETRY_DIGITS else 10**_RETRY_DIGITS - 1
 
     def _dispatch(self, events: list[Any]) -> None:
         self.last_event_id = self._id_buffer

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..._protocol._errors import TransportError
+from ..._protocol._peer_text import peer_text
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from .._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
 from ._pipes import PipeReader, close_fd, open_pidfd, pipe_write_now
@@ -35,6 +36,8 @@ stderr_logger = logging.getLogger("exmcp_actors.stdio")
 
 #: A stderr line longer than this is logged truncated.
 MAX_STDERR_LINE: Final = 8192
+#: No decoded stderr line is longer (its " [truncated]" mark included): escaped, never cut again.
+_STDERR_LINE_CHARS: Final = MAX_STDERR_LINE + 16
 #: After stdout ends, how long the reader waits for an exit code for its report.
 _EXIT_CODE_WAIT: Final = 1.0
 #: ... and for the stderr thread to log the last words of the child.
@@ -407,7 +410,7 @@ class _StdioConnection:
     def _stderr_hint(self) -> str:
         if not self.stderr_tail:
             return ""
-        return f"; last stderr line: {self.stderr_tail[-1]!r}"
+        return f"; last stderr line: {peer_text(self.stderr_tail[-1], quote=True)}"
 
     def _stderr_loop(self, pipe: PipeReader) -> None:
         name = self.t.name
@@ -442,4 +445,5 @@ class _StdioConnection:
     def _log_stderr(self, name: str, raw: bytes) -> None:
         text = raw.decode("utf-8", "replace").rstrip("\r")
         self.stderr_tail.append(text)
-        stderr_logger.info("[%s] %s", name, text)
+        # The line is bounded already; raw, it could drive the terminal that shows the log.
+        stderr_logger.info("[%s] %s", name, peer_text(text, _STDERR_LINE_CHARS))

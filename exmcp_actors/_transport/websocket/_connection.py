@@ -1,44 +1,36 @@
 """The WebSocket transport: subprotocol ``"mcp"``, one JSON-RPC message per text frame.
 
-Built on websocket-client's low-level :class:`websocket.WebSocket` (not
-``WebSocketApp``, whose automatic reconnect hides errors) for the connection,
-the opening handshake and every send, with the lessons measured on it:
+The connection and the opening handshake are made in ``_handshake`` (bounded, under the
+one deadline of ``open()``, no cookie jar); websocket-client's low-level
+:class:`websocket.WebSocket` (not ``WebSocketApp``, whose automatic reconnect hides errors)
+frames and masks every send. The socket stays blocking after the handshake (a send that
+timed out midway would leave half a frame on the wire); a dead peer is found by the
+heartbeat, and the socket shut down under the blocked reader (``abort``).
 
-- the socket stays blocking after the handshake: a send that times out
-  midway would leave half a frame on the wire;
-- dead peers are found by a heartbeat, and the socket is then shut down
-  under the blocked reader (``abort``);
-- the reader catches ``OSError`` as well as WebSocket exceptions.
+Receiving skips websocket-client (its ``recv_data_frame`` costs about 10 us of CPU a
+frame): the reader reads 64 KiB at a time and parses every whole frame with
+:class:`FrameParser` (``_frames``), about 2 us a message. UTF-8 is checked as a message
+is decoded; bad UTF-8, or a binary frame that is not UTF-8 JSON, becomes an InvalidFrame.
 
-Receiving does not go through websocket-client: its ``recv_data_frame`` costs
-about 10 us of CPU per frame. The reader reads the socket itself, 64 KiB at a
-time, and parses every whole frame of each read with :class:`FrameParser`
-(``_wsframes``), about 2 us per message all told. UTF-8 is checked when a
-message is decoded; bad UTF-8 becomes an InvalidFrame.
+Threads per connection (daemons, ended by ``close()`` or by the loss): ``exmcp-ws-reader``
+(hands every message of a read to the sink in one call, at most ``max_batch_frames``, and
+answers pings) and ``exmcp-ws-writer`` (queued messages, pings, the close frame: one
+thread, as websocket-client sends must be serialised). The heartbeat runs on the shared
+scheduler: a ping every ``heartbeat_interval``; no complete frame ``heartbeat_timeout``
+after it (a trickled unfinished frame does not count), and the loss is reported.
 
-Threads per connection (all daemons, all ended by ``close()`` or by the loss):
-
-- ``exmcp-ws-reader``: reads up to 64 KiB (and what TLS has already
-  decrypted), hands every message completed by that read to the sink in one
-  call (at most ``max_batch_frames`` per call), answers pings;
-- ``exmcp-ws-writer``: sends queued messages and heartbeat pings, one
-  thread only because websocket-client sends must be serialised;
-- no heartbeat thread: the process-wide scheduler (``_scheduler``) asks for
-  a ping every ``heartbeat_interval``; if no complete frame (pong or other)
-  arrives within ``heartbeat_timeout`` after it, reports the loss and aborts
-  the socket. A peer that falls silent, or only trickles the bytes of an
-  unfinished frame, is so detected within
-  ``heartbeat_interval + heartbeat_timeout``.
-
-Binary frames are decoded like text frames (UTF-8 JSON), leniently: some
-servers send JSON in binary frames; anything else becomes an InvalidFrame.
+A message over ``max_frame_bytes`` or a broken frame fails the connection (RFC 6455
+section 7.1.7, as websockets and aiohttp do): an InvalidFrame, the loss reported at once
+(the client reconnects under its policy), a close frame with status 1009 (message too big)
+or 1002 (protocol error). After that, as after any closing handshake, what arrives is
+dropped until the server closes the TCP connection, for ``close_timeout`` at most.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
-import struct
 import threading
 import time
 import urllib.parse
@@ -63,7 +55,29 @@ from .._framing import (
     logger,
     oversized_error,
 )
-from ._frames import OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, FrameParser, Oversized, ProtocolError, WsEvent
+from ._frames import (
+    CLOSE_REASONS,
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_TEXT,
+    STATUS_MESSAGE_TOO_BIG,
+    STATUS_PROTOCOL_ERROR,
+    FrameParser,
+    Oversized,
+    ProtocolError,
+    WsEvent,
+    close_frame_text,
+)
+from ._handshake import (
+    Deadline,
+    HandshakeError,
+    HandshakeRefused,
+    Opened,
+    OpenGate,
+    open_websocket,
+    why_not_upgraded,
+)
 
 #: The subprotocol the former MCP SDK WebSocket transports used.
 SUBPROTOCOL: Final = "mcp"
@@ -78,14 +92,6 @@ _READ_SIZE: Final = 65536
 _IO_ERRORS: Final = (websocket.WebSocketException, OSError)
 
 
-def _close_frame_text(data: bytes) -> str:
-    if len(data) < 2:
-        return "no status code"
-    code = struct.unpack("!H", data[:2])[0]
-    reason = data[2:].decode("utf-8", "replace")
-    return f"code {code}" + (f", reason {reason!r}" if reason else "")
-
-
 class WebSocketTransport(Transport):
     """An MCP peer at a ``ws://`` or ``wss://`` URL.
 
@@ -96,12 +102,15 @@ class WebSocketTransport(Transport):
 
     Args:
         url: ``ws://`` or ``wss://`` URL.
-        headers: extra handshake headers (``Authorization``, ``Origin``...).
+        headers: extra handshake headers (``Authorization``, ``Origin``, ``Cookie``...). No
+            cookie jar is kept: a ``Set-Cookie`` in the server's answer is ignored.
         heartbeat_interval: seconds between pings; ``None`` or 0 turns the heartbeat off.
         heartbeat_timeout: seconds to wait for any frame after a ping.
         sslopt: websocket-client TLS options; default: verify certificates.
-        max_frame_bytes: larger messages become an InvalidFrame.
-        close_timeout: seconds ``close()`` waits for the peer's closing handshake.
+        max_frame_bytes: a larger message becomes an InvalidFrame and fails the
+            connection (close status 1009); the client reconnects.
+        close_timeout: seconds ``close()`` waits for the peer's closing handshake (and a failed
+            connection for the server to close it).
         max_batch_frames: most frames handed to the sink in one call.
         auth: an :class:`~exmcp_actors.OAuth`: its bearer token goes on the
             upgrade request, and a 401/403 answer starts its flow (one retry per new token).
@@ -146,6 +155,7 @@ class WebSocketTransport(Transport):
         self.close_timeout = close_timeout
         self.max_batch_frames = max_batch_frames
         self._slot: ConnectionSlot[_WsConnection] = ConnectionSlot()
+        self._gate = OpenGate()
 
     @property
     def subprotocol(self) -> str | None:
@@ -154,11 +164,21 @@ class WebSocketTransport(Transport):
         return conn.subprotocol if conn is not None else None
 
     def open(self, sink: FrameSink, *, timeout: float) -> None:
-        """Connect a new socket within ``timeout`` (per network step), ending any previous one."""
+        """Connect a new socket and upgrade it within ``timeout`` seconds in all (the TCP
+        connection, TLS, the handshake), ending any previous one."""
         self._slot.close()
         conn = _WsConnection(self, sink)
-        conn.start(timeout)
+        try:
+            with self._gate.opening(timeout) as deadline:
+                conn.start(deadline)
+        except HandshakeError as exc:  # aborted before it began
+            raise TransportError(f"{self.describe()}: cannot connect: {exc}") from exc
         self._slot.install(conn)
+
+    def abort_open(self) -> None:
+        """Make an ``open()`` in progress on another thread fail now, whatever step it is
+        blocked in (the TCP connection, TLS, the upgrade), and any open until ``close()``."""
+        self._gate.abort()
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message as one text frame."""
@@ -169,6 +189,7 @@ class WebSocketTransport(Transport):
 
     def close(self) -> None:
         """Send a close frame (best effort), shut the socket down, join the threads. Idempotent."""
+        self._gate.reset()
         self._slot.close()
 
     def describe(self) -> str:
@@ -186,20 +207,24 @@ class _WsConnection:
         self.t = transport
         self.label = transport.describe()
         self.latch = LossLatch(sink, self.label)
-        self.ws = websocket.WebSocket(
-            sslopt=dict(transport.sslopt),
+        self.ws = websocket.WebSocket(  # frames and masks what we send (the handshake is ours)
             enable_multithread=True,  # sends from the writer and pongs from the reader
             skip_utf8_validation=True,
         )
         self.sock: socket.socket | None = None
         self.subprotocol: str | None = None
+        #: What the server sent right after its handshake answer: the start of its frames.
+        self._first_bytes = b""
         #: When the reader last received a complete frame (pongs too), for the heartbeat.
         self.last_rx = time.monotonic()
         #: The reader is inside the sink.
         self.delivering = False
         self._stop = threading.Event()
         self._ping_due = threading.Event()
-        self._send_close_frame = False
+        #: The status of the close frame the writer sends on its way out (None: none), and
+        #: whether we failed the connection (RFC 6455 section 7.1.7).
+        self._close_status: int | None = None
+        self._failed = False
         self._finish_lock = threading.Lock()
         self._finished = False
         self.writer = QueueWriter(
@@ -212,29 +237,22 @@ class _WsConnection:
         #: The next ping or pong check, on the shared scheduler (its own lock, not _finish_lock,
         #: which _finish holds while it joins threads).
         self._heartbeat = TimerSlot()
+        #: The end of the wait for the server to close a connection we failed.
+        self._close_wait = TimerSlot()
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self, timeout: float) -> None:
-        options: dict[str, Any] = {"subprotocols": [SUBPROTOCOL], "timeout": timeout}
-        header: dict[str, str] = {}
-        for key, value in self.t.headers.items():
-            # websocket-client writes its own Origin and Host: pass ours through its options.
-            if key.lower() in ("origin", "host"):
-                options[key.lower()] = value
-            else:
-                header[key] = value
-        # Redirects are refused: websocket-client would follow them re-sending our
-        # headers (Authorization included), even from wss:// to ws://.
-        options["redirect_limit"] = 0
+    def start(self, deadline: Deadline) -> None:
+        """Connect and upgrade before ``deadline`` (see ``_handshake``)."""
         try:
-            self._connect(options, header)
-            self.ws.settimeout(None)  # blocking from now on: see the module docstring
-        except (*_IO_ERRORS, ValueError) as exc:
-            self.ws.shutdown()  # type: ignore[no-untyped-call]
-            raise TransportError(f"{self.label}: cannot connect: {self._refusal(exc)}") from exc
-        self.sock = self.ws.sock
-        self.subprotocol = self.ws.getsubprotocol()
+            opened = self._connect(deadline)
+        except (HandshakeError, *_IO_ERRORS, ValueError) as exc:
+            why = deadline.abandoned() if deadline.aborted else why_not_upgraded(self.t.url, exc)
+            raise TransportError(f"{self.label}: cannot connect: {why}") from exc
+        self.sock = self.ws.sock = opened.sock
+        self.ws.connected = True  # websocket-client frames and masks what we send from now on
+        self.subprotocol = opened.subprotocol
+        self._first_bytes = opened.rest
         logger.debug("%s: connected (subprotocol %r)", self.label, self.subprotocol)
         self.last_rx = time.monotonic()
         self.writer.start()
@@ -242,40 +260,22 @@ class _WsConnection:
         if self.t.heartbeat_interval:
             self._heartbeat.arm(self.t.heartbeat_interval, self._heartbeat_ping)
 
-    def _connect(self, options: dict[str, Any], header: dict[str, str]) -> None:
-        """The upgrade request; with OAuth, bearer token on it and a new token on 401/403."""
+    def _connect(self, deadline: Deadline) -> Opened:
+        """The upgrade; with OAuth, bearer token on it and a new token on 401/403. Redirects
+        are refused: following one would re-send Authorization wherever it points."""
         auth = self.t.auth
         for _ in range(_AUTH_ROUNDS):
             token = auth.bearer(self.t.url) if auth is not None else None
-            sent = dict(header, Authorization=f"Bearer {token}") if token is not None else header
-            if sent:
-                options["header"] = sent
+            headers = dict(self.t.headers, Authorization=f"Bearer {token}") if token is not None else self.t.headers
             try:
-                self.ws.connect(self.t.url, **options)  # type: ignore[no-untyped-call]
-                return
-            except websocket.WebSocketBadStatusException as exc:
-                status = exc.status_code
-                headers = exc.resp_headers or {}
-                if auth is None or status not in (401, 403):
+                return open_websocket(self.t.url, headers, self.t.sslopt, SUBPROTOCOL, deadline)
+            except HandshakeRefused as exc:
+                if auth is None or exc.status not in (401, 403):
                     raise
-                challenge = next((v for k, v in headers.items() if k.lower() == "www-authenticate"), None)
-                if not auth.challenge(self.t.url, status, challenge, token):
+                challenge = exc.headers.get("www-authenticate")
+                if not auth.challenge(self.t.url, exc.status, challenge, token):
                     raise
-                self.ws.shutdown()  # type: ignore[no-untyped-call]
         raise TransportError(f"{self.label}: the server refused every new token")
-
-    def _refusal(self, exc: Exception) -> str:
-        """Why the handshake failed, without the response's headers or body (they may hold secrets)."""
-        response = getattr(self.ws, "handshake_response", None)
-        status = getattr(response, "status", None) or getattr(exc, "status_code", None)
-        if isinstance(status, int) and 300 <= status < 400:
-            headers = getattr(response, "headers", None) or getattr(exc, "resp_headers", None) or {}
-            location = headers.get("location")
-            target = redact_url(urllib.parse.urljoin(self.t.url, location)) if location else "nowhere (no Location)"
-            return f"the server redirects (HTTP {status}) to {target}; redirects are not followed, use that URL"
-        if isinstance(exc, websocket.WebSocketBadStatusException):
-            return f"the server refused the WebSocket handshake with HTTP {exc.status_code} {exc.status_message}"
-        return str(exc)
 
     def send(self, data: bytes) -> None:
         if not self.latch.active:
@@ -287,7 +287,8 @@ class _WsConnection:
         """Closing handshake (best effort, bounded), then tear everything down."""
         self.latch.close()
         self._stop.set()
-        self._send_close_frame = True
+        if self._close_status is None:
+            self._close_status = websocket.STATUS_NORMAL
         self.writer.stop()  # queued messages, then the close frame
         timeout = self.t.close_timeout
         deadline = time.monotonic() + timeout
@@ -322,6 +323,7 @@ class _WsConnection:
             self.writer.stop()
             join_thread(self.writer.thread, self.t.close_timeout, self.label)
             self._heartbeat.stop()
+            self._close_wait.stop()
             self.ws.shutdown()  # type: ignore[no-untyped-call]
 
     # -- threads -----------------------------------------------------------
@@ -344,24 +346,12 @@ class _WsConnection:
             self._abort()
 
     def _writer_exit(self) -> None:
-        if self._send_close_frame and self.latch.closed:
+        status = self._close_status
+        if status is not None:
             try:
-                self.ws.send_close(websocket.STATUS_NORMAL)
+                self.ws.send_close(status, CLOSE_REASONS.get(status, b""))
             except _IO_ERRORS as exc:
                 logger.debug("%s: could not send the close frame: %r", self.label, exc)
-
-    def _buffered_by_client(self) -> bytes:
-        """Bytes websocket-client already took off the socket (none: it reads the handshake
-        byte by byte), so that the parser starts exactly where it stopped."""
-        buffer = getattr(self.ws, "frame_buffer", None)
-        if buffer is None:
-            return b""
-        if buffer.header is not None:  # it was inside a frame: cannot happen before any recv
-            raise websocket.WebSocketProtocolException("websocket-client holds a partial frame")
-        pieces: list[bytes] = buffer.recv_buffer
-        data = b"".join(pieces)
-        buffer.recv_buffer = []
-        return data
 
     def _recv(self, sock: socket.socket) -> bytes:
         """One read: up to 64 KiB, plus what TLS has already decrypted (b"" at EOF)."""
@@ -378,7 +368,7 @@ class _WsConnection:
         parser = FrameParser(self.t.max_frame_bytes)
         seen = 0
         try:
-            data = self._buffered_by_client()
+            data = self._first_bytes
             while True:
                 if data:
                     events = parser.feed(data)
@@ -390,6 +380,8 @@ class _WsConnection:
                     end = self._handle(events)
                     if end is not None:
                         self._reader_lost(end)
+                        if parser.done:  # a close frame came, or we failed the connection
+                            self._wait_for_the_peer_to_close(sock)
                         return
                 data = self._recv(sock)
                 if not data:
@@ -419,11 +411,34 @@ class _WsConnection:
                 # pong: liveness only, already counted in last_rx
             elif isinstance(event, Oversized):
                 batch.append(invalid_frame(oversized_error(event.size, max_bytes), event.preview))
+                end = self._fail(
+                    STATUS_MESSAGE_TOO_BIG, f"a message of more than max_frame_bytes={max_bytes} bytes arrived"
+                )
             elif isinstance(event, ProtocolError):
-                end = f"connection failed: protocol error: {event.reason}"
+                end = self._fail(STATUS_PROTOCOL_ERROR, f"protocol error: {event.reason}")
         if batch:
             self._deliver(batch)
         return end
+
+    def _fail(self, status: int, reason: str) -> str:
+        """Fail the connection (RFC 6455 section 7.1.7): the writer sends a close frame with
+        ``status`` after what is queued, and nothing more is parsed. Returns the loss's reason."""
+        self._stop.set()  # no more heartbeat
+        self._failed = True
+        if self._close_status is None:
+            self._close_status = status
+        self.writer.stop()
+        return f"connection failed: {reason}; closed it with status {status}"
+
+    def _wait_for_the_peer_to_close(self, sock: socket.socket) -> None:
+        """After the closing handshake, or failing the connection: drop what arrives until the
+        server closes the TCP connection, as a client should (RFC 6455 section 7.1.1: the
+        server closes first, and holds the TIME_WAIT; the websockets library waits the same
+        way), within ``close_timeout``."""
+        self._close_wait.arm(self.t.close_timeout, self._abort)
+        with contextlib.suppress(OSError):
+            while self._recv(sock):
+                pass
 
     def _pong(self, payload: bytes) -> str | None:
         """Answer a ping (the send is locked against the writer's); the loss if that fails."""
@@ -443,13 +458,13 @@ class _WsConnection:
             self.delivering = False
 
     def _peer_closed(self, payload: bytes) -> str:
-        """Answer the peer's close frame (unless ours went first) and say why the link ended."""
-        if not self._send_close_frame:
-            try:
-                self.ws.send_close(websocket.STATUS_NORMAL)
-            except _IO_ERRORS as exc:
-                logger.debug("%s: could not answer the close frame: %r", self.label, exc)
-        return f"peer closed the connection ({_close_frame_text(payload)})"
+        """Have the peer's close frame answered (unless ours went first) and say why the link
+        ended. The writer answers, after what is queued: nothing may follow a close frame."""
+        if self._close_status is None:
+            self._stop.set()  # no more heartbeat
+            self._close_status = websocket.STATUS_NORMAL
+            self.writer.stop()
+        return f"peer closed the connection ({close_frame_text(payload)})"
 
     def _reader_lost(self, what: str) -> None:
         if self.latch.active:

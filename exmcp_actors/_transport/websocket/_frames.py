@@ -9,8 +9,9 @@ hold, in order:
   control frames (they may arrive between the fragments of a message);
 - :class:`Oversized`: a message larger than ``max_frame_bytes`` (each kept
   fragment counting ``FRAGMENT_OVERHEAD`` bytes more), or of more than
-  ``MAX_FRAGMENTS`` fragments, reported once when it ends; its payload is
-  skipped as it arrives, never held whole;
+  ``MAX_FRAGMENTS`` fragments, reported as soon as a frame header shows it;
+  nothing more is parsed (the connection is to be failed with status 1009:
+  a message that never ends would otherwise hold back every later one);
 - :class:`ProtocolError`: the stream breaks the protocol; nothing more is parsed.
 
 Nothing is parsed after a close frame either. No extension is negotiated by
@@ -29,6 +30,8 @@ Example:
     [(1, b'hi')]
     >>> p.feed(b"b\\x80\\x01c")
     [(1, b'abc')]
+    >>> p.feed(b"\\x81\\x7e\\x04\\x01")  # announces 1025 bytes
+    [Oversized(size=1025, preview=b'')]
 """
 
 from __future__ import annotations
@@ -53,11 +56,31 @@ MAX_CONTROL_PAYLOAD: Final = 125
 FRAGMENT_OVERHEAD: Final = 64
 #: Most fragments one message may have; more and it is handled as oversized.
 MAX_FRAGMENTS: Final = 4096
+#: Close statuses of a connection the client fails (RFC 6455 section 7.4.1), and the reason
+#: its close frame gives for each.
+STATUS_PROTOCOL_ERROR: Final = 1002
+STATUS_MESSAGE_TOO_BIG: Final = 1009
+CLOSE_REASONS: Final = {STATUS_PROTOCOL_ERROR: b"protocol error", STATUS_MESSAGE_TOO_BIG: b"message too big"}
+
+
+def close_frame_text(payload: bytes) -> str:
+    """A close frame's status and reason, in words.
+
+    Example:
+        >>> close_frame_text(b"\\x03\\xf1message too big")
+        "code 1009, reason 'message too big'"
+    """
+    if len(payload) < 2:
+        return "no status code"
+    code = int.from_bytes(payload[:2], "big")
+    reason = payload[2:].decode("utf-8", "replace")
+    return f"code {code}" + (f", reason {reason!r}" if reason else "")
 
 
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """A data message over ``max_frame_bytes``, skipped: its size and first bytes."""
+    """A data message over ``max_frame_bytes``: its size announced so far (the frames before
+    and the one whose header passed the limit) and the first bytes received."""
 
     size: int
     preview: bytes
@@ -86,12 +109,7 @@ class FrameParser:
         "_frag_op",
         "_max",
         "_need",
-        "_over",
-        "_over_size",
         "_parts",
-        "_preview",
-        "_skip",
-        "_skip_fin",
         "frames",
     )
 
@@ -105,38 +123,27 @@ class FrameParser:
         self._frag: list[bytes] = []
         self._frag_len = 0  # payload plus FRAGMENT_OVERHEAD per fragment
         self._frag_count = 0
-        #: The current message is oversized: its size so far and first bytes.
-        self._over = False
-        self._over_size = 0
-        self._preview = b""
-        #: Payload bytes still to skip, and whether that frame ends its message.
-        self._skip = 0
-        self._skip_fin = False
-        #: A close frame or a protocol error ended the stream.
+        #: A close frame, an oversized message or a protocol error ended the stream.
         self._done = False
         #: Complete frames parsed so far (control frames, fragments and skipped ones too).
         self.frames = 0
 
     @property
     def done(self) -> bool:
-        """A close frame or a protocol error was returned: nothing more will be."""
+        """A close frame, an oversized message or a protocol error was returned: nothing more will be."""
         return self._done
 
     @property
     def held(self) -> int:
-        """Bytes held between feeds: an incomplete frame, a message's fragments (with
-        their ``FRAGMENT_OVERHEAD``) and an oversized message's preview."""
-        return len(self._parts) + self._frag_len + len(self._preview)
+        """Bytes held between feeds: an incomplete frame and a message's fragments (with
+        their ``FRAGMENT_OVERHEAD``)."""
+        return len(self._parts) + self._frag_len
 
     def feed(self, data: bytes) -> list[WsEvent]:
         """Consume bytes read from the socket; return the events they complete, in order."""
         events: list[WsEvent] = []
         if self._done or not data:
             return events
-        if self._skip:
-            data = self._skip_bytes(data, events)
-            if not data:
-                return events
         if self._parts:
             self._parts += data
             if len(self._parts) < self._need:
@@ -187,8 +194,8 @@ class FrameParser:
                 frames += 1
                 continue
             new_pos = self._frame(buf, pos, hdr, length, events)
-            if new_pos != pos and not self._skip:
-                frames += 1  # whole (a skipped frame counts when its last byte is skipped)
+            if new_pos > pos:
+                frames += 1  # whole (a failed frame ends the stream, returning 0)
             if self._done or new_pos == n:
                 pos = n
                 break
@@ -221,8 +228,8 @@ class FrameParser:
             if opcode == OP_CLOSE:
                 self._done = True
             return end
-        if self._over or self._frag_len + length > self._max or self._frag_count >= MAX_FRAGMENTS:
-            return self._start_skip(buf, start, length, opcode, fin, events)
+        if self._frag_len + length > self._max or self._frag_count >= MAX_FRAGMENTS:
+            return self._oversized(buf[start : min(end, start + RAW_PREVIEW_BYTES)], length, events)
         if end > len(buf):
             self._need = hdr + length
             return pos
@@ -269,50 +276,17 @@ class FrameParser:
             events.append((self._frag_op, b"".join(self._frag)))
             self._end_message()
 
-    def _start_skip(self, buf: bytes, start: int, length: int, opcode: int, fin: bool, events: list[WsEvent]) -> int:
-        """The message is (now) oversized: skip this frame's payload, from what is here on."""
-        if not self._over:
-            self._over = True
-            self._over_size = sum(map(len, self._frag))
-            self._preview = b"".join(self._frag)[:RAW_PREVIEW_BYTES]
-            self._frag = []  # dropped: the rest of the message is only counted
-            self._frag_len = 0
-            if not self._frag_op:
-                self._frag_op = opcode
-        self._over_size += length
-        take = min(length, len(buf) - start)
-        self._keep_preview(buf[start : start + min(take, RAW_PREVIEW_BYTES)])
-        self._skip = length - take
-        self._skip_fin = fin
-        if not self._skip and fin:
-            self._report_oversized(events)
-        return start + take
-
-    def _skip_bytes(self, data: bytes, events: list[WsEvent]) -> bytes:
-        """Skip the next bytes of an oversized frame's payload; return what follows it."""
-        take = min(self._skip, len(data))
-        self._keep_preview(data[: min(take, RAW_PREVIEW_BYTES)])
-        self._skip -= take
-        if not self._skip:
-            self.frames += 1
-            if self._skip_fin:
-                self._report_oversized(events)
-        return data[take:] if take < len(data) else b""
-
-    def _keep_preview(self, chunk: bytes) -> None:
-        missing = RAW_PREVIEW_BYTES - len(self._preview)
-        if missing > 0 and chunk:
-            self._preview += chunk[:missing]
-
-    def _report_oversized(self, events: list[WsEvent]) -> None:
-        events.append(Oversized(self._over_size, self._preview))
-        self._end_message()
+    def _oversized(self, payload_start: bytes, length: int, events: list[WsEvent]) -> int:
+        """The message passed the limit with a frame of ``length`` bytes: reported, and the end."""
+        size = sum(map(len, self._frag)) + length
+        preview = (b"".join(self._frag) + payload_start)[:RAW_PREVIEW_BYTES]
+        events.append(Oversized(size, preview))
+        self._done = True
+        self._end_message()  # what was kept of it is dropped
+        return 0
 
     def _end_message(self) -> None:
         self._frag_op = 0
         self._frag = []
         self._frag_len = 0
         self._frag_count = 0
-        self._over = False
-        self._over_size = 0
-        self._preview = b""

@@ -1,0 +1,33 @@
+"""What a hostile server's text must never reach raw: a log record, an error's text, a terminal.
+
+``RAW_CONTROL`` finds what could drive a terminal or forge a line: C0 controls (ESC, BEL, CR,
+LF, ...), DEL, C1 controls (0x9b is a CSI on its own), the line and paragraph separators,
+the bidirectional embeddings, overrides and isolates, and lone surrogates.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+RAW_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def no_raw_control(records: list[logging.LogRecord]) -> list[str]:
+    """The messages of ``records`` that carry a raw control character (none, as it should be),
+    and the lines of their tracebacks that do."""
+    found = [record.getMessage() for record in records if RAW_CONTROL.search(record.getMessage())]
+    for record in records:
+        found += [line for line in (record.exc_text or "").split("\n") if RAW_CONTROL.search(line)]
+    return found
+
+
+def raw_in_texts(*texts: str) -> list[str]:
+    """The texts (an error's str and repr, say) that carry a raw control character."""
+    return [text for text in texts if RAW_CONTROL.search(text)]
+
+
+def raw_in_output(output: bytes) -> list[str]:
+    """The lines of a terminal's output (UTF-8) that carry a raw control character (a line
+    ends in LF, and nothing else may be raw)."""
+    return [line for line in output.decode("utf-8").split("\n") if RAW_CONTROL.search(line)]
