@@ -50,6 +50,8 @@ class RecordingSink:
             self.release.set()
         #: The threads that called the sink.
         self.threads: set[str] = set()
+        #: ``time.monotonic()`` when the transport said the peer reads its input (None: not yet).
+        self.reading_at: float | None = None
 
     # FrameSink
     def frames_received(self, frames: list[Frame]) -> None:
@@ -69,6 +71,12 @@ class RecordingSink:
             self.lost.append(reason)
             self._cond.notify_all()
         self.lost_event.set()
+
+    def peer_reading(self) -> None:
+        """Record when the peer began reading."""
+        with self._cond:
+            self.reading_at = time.monotonic()
+            self._cond.notify_all()
 
     # For tests
     @property

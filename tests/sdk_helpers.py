@@ -96,6 +96,9 @@ class _TapSink:
         self._tap._record_lost(self._connection, reason)
         self._sink.transport_lost(reason)
 
+    def peer_reading(self) -> None:
+        self._sink.peer_reading()
+
 
 class _TapInbox:
     """Messages for a put()-subscriber, recorded under the tap's condition."""
@@ -147,6 +150,11 @@ class TapTransport(Transport):
     def pid(self) -> int | None:
         """The child's pid for a stdio transport."""
         return getattr(self.inner, "pid", None)
+
+    @property  # type: ignore[override]
+    def reports_reading(self) -> bool:
+        """As the wrapped transport: the probe's clock waits for a stdio child to read."""
+        return self.inner.reports_reading
 
     # -- Transport ----------------------------------------------------------------------
 

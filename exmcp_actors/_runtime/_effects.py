@@ -257,7 +257,7 @@ class Shell:
             if self.stopping.is_set():
                 self.transport.close()
                 return
-        self.tell_actor(ev.Opened(generation))
+        self.tell_actor(ev.Opened(generation, self.transport.reports_reading))
 
     def _arm_timer(self, session: Session, effect: ev.ArmTimer) -> None:
         if len(self.timers) >= _TIMER_SWEEP:
