@@ -65,18 +65,6 @@ PEER_PAGE_SIZE = 2
 PEER_INFO = {"name": "exmcp-test-peer", "version": "1.0.0"}
 
 
-_never = threading.Event()
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
-    """Wait until ``predicate()`` holds (a bounded poll of a condition, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout}s")
-        _never.wait(0.005)
-
-
 # --------------------------------------------------------------------------- wire tap
 
 

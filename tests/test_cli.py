@@ -6,7 +6,6 @@ import configparser
 import io
 import json
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from exmcp_actors import _cli
 from tests.cli_helpers import ROOT, Cli, run_cli, wait_gone
 from tests.peers.launch import peer_argv
 from tests.sdk_helpers import WAIT
+from tests.waiting import wait_until
 
 URI_A = "file:///a.txt"
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
@@ -200,16 +200,19 @@ def test_python_m_without_watch_shows_usage() -> None:
     assert done.returncode == 2 and "watch" in done.stderr
 
 
-def test_ctrl_c_during_a_connect_that_never_answers_exits_promptly() -> None:
-    never = [sys.executable, "-c", "import time; time.sleep(60)"]
+NEVER_ANSWERS = "import sys, time; sys.stdin.readline(); open(sys.argv[1], 'w').close(); time.sleep(60)"
+
+
+def test_ctrl_c_during_a_connect_that_never_answers_exits_promptly(tmp_path: Path) -> None:
+    heard = tmp_path / "heard"
+    # A server that reads the probe, says so through a file, and never answers.
+    never = [sys.executable, "-c", NEVER_ANSWERS, str(heard)]
     with Cli("--", *never) as cli:
-        deadline = time.monotonic() + WAIT
-        while not cli.children() and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling the process table: nothing to wait on
+        # Another process's file: nothing to wait on but a poll.
+        wait_until(heard.exists, WAIT, "the server to read the probe", every=0.05)
         children = cli.children()
         assert children, "exmcp-watch did not start its server"
-        time.sleep(0.5)  # the connect is under way, waiting for an initialize answer
-        rc, took = cli.interrupt()
+        rc, took = cli.interrupt()  # the connect is under way, waiting for an answer
         assert rc in (0, 130), cli.stderr
         assert took < 2.5, f"exited {took:.2f}s after SIGINT"
         assert "Traceback" not in cli.stderr, cli.stderr

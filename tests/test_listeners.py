@@ -7,7 +7,7 @@ transport, which is where races and failures are injected.
 
 Conventions:
 - Nothing sleeps: tests wait on queues, events, ``server.wait_for(...)`` or
-  a bounded condition poll (:func:`eventually`).
+  a bounded condition poll (:func:`~tests.waiting.wait_until`).
 - "Nothing happens" is asserted with a short timeout (``QUIET``) *after* a
   positive sync point, typically a marker notification that is delivered
   after the one that must not be.
@@ -36,7 +36,7 @@ from exmcp_actors._runtime import _subscriber_proxy
 from exmcp_actors._runtime._client_actor import ClientActor, InspectClient
 from exmcp_actors._runtime._monitor import settle_all
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
-from tests.sdk_helpers import eventually
+from tests.waiting import wait_until
 
 TIMEOUT = 5.0
 #: How long "nothing more arrives" is watched for, after a positive sync point.
@@ -280,7 +280,7 @@ def reconnecting_client(harness: Harness, server: FakeServer) -> mcp.Client:
     client = harness.client(server)
     server.refuse(hang=True)
     server.drop()
-    eventually(lambda: client.status == "reconnecting", what="status reconnecting")
+    wait_until(lambda: client.status == "reconnecting", what="status reconnecting")
     return client
 
 
@@ -401,7 +401,7 @@ def test_registering_while_reconnecting_raises_not_connected(harness: Harness) -
     assert caught.value.reason == "not_connected"
     assert wire_count(server) == before
     server.accept()
-    eventually(lambda: client.status == "ready", what="reconnected")
+    wait_until(lambda: client.status == "ready", what="reconnected")
     assert_no_leak(client, proxies=0)
     assert server.count("resources/subscribe") == 0
 
@@ -585,10 +585,10 @@ def test_wire_subscribes_and_unsubscribes_of_one_client_run_one_at_a_time(
     slow = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [SLOW]}, subscriber=main), "slow")
     server.wait_for("resources/subscribe", uri=SLOW)
     other = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [B]}, subscriber=main), "other")
-    eventually(lambda: turn.waiting == 1, what="the other registration waits for the wire turn")
+    wait_until(lambda: turn.waiting == 1, what="the other registration waits for the wire turn")
     release_c = Call(holder_c.unsubscribe, "release-c")  # its release queues behind the held subscribe
-    eventually(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
-    eventually(lambda: turn.waiting == 2, what="its release waits for the wire turn on its own thread")
+    wait_until(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
+    wait_until(lambda: turn.waiting == 2, what="its release waits for the wire turn on its own thread")
     # The fake would answer B at once (concurrent handler): if it is not on the wire, nobody sent it.
     with pytest.raises(AssertionError):
         server.wait_for("resources/subscribe", QUIET, uri=B)
@@ -663,7 +663,7 @@ def test_a_subscriber_whose_death_was_noticed_during_acquisition_fails_and_leaks
     server.wait_for("resources/subscribe", uri=SLOW)
     subscriber.end()
     # The client has seen the death (its proxy is gone) before the subscribe answers.
-    eventually(lambda: actor_state(client)["proxies"] == 1, what="the dead subscriber's proxy stopped")
+    wait_until(lambda: actor_state(client)["proxies"] == 1, what="the dead subscriber's proxy stopped")
     gate.open()
     with pytest.raises(mcp.SubscriberNotAlive):
         call.result()
@@ -750,7 +750,7 @@ def test_a_subscriber_exit_racing_a_new_listener_leaves_the_uri_subscribed_for_i
                 ender.start()
                 new.append(new_call.result())
             ender.join(TIMEOUT)
-    eventually(lambda: actor_state(client)["entries"] == len(uris), what="every old listener removed")
+    wait_until(lambda: actor_state(client)["entries"] == len(uris), what="every old listener removed")
     assert counts(client) == dict.fromkeys(uris, 1)
     for uri in uris:
         _assert_paired(server, uri, held=True)
@@ -1464,7 +1464,7 @@ def test_frames_behind_one_the_client_actor_must_handle_wait_for_it_in_wire_orde
     server.notify(TOOLS_CHANGED, {"n": 3})
     assert listener.get(timeout=TIMEOUT).params == {"n": 1}
     # Both later reads are queued on the parked actor, so the reader has handled them.
-    eventually(lambda: client._ref.actor_inbox.qsize() >= 2, what="two frame batches queued on the actor")
+    wait_until(lambda: client._ref.actor_inbox.qsize() >= 2, what="two frame batches queued on the actor")
     assert listener.pending() == 0
     release.set()
     assert [listener.get(timeout=TIMEOUT).params for _ in range(2)] == [{"n": 2}, {"n": 3}]

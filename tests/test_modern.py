@@ -5,7 +5,7 @@ The contract is /work/shared/design (API.md "Modern subscriptions", BEHAVIOUR.md
 SDK server (tests/peers); wire-level edge cases use ``exmcp_actors.testing.FakeServer``.
 
 Every wait is bounded: ``get(timeout=...)``, ``FakeServer.wait_for``, or
-``eventually`` polling a real server's ``stats`` tool.
+``wait_until`` polling a real server's ``stats`` tool.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
 from tests.peers.launch import Peer
+from tests.waiting import wait_until
 
 MODERN = "2026-07-28"
 WAIT = 10.0  # bound for anything that should happen "soon"
 QUIET = 0.3  # how long "nothing arrives" is awaited
+PEER_POLL = 0.05  # seconds between two looks at a real peer's stats
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
 #: Fast backoff, and enough attempts to outlast a real peer's restart on a loaded machine.
 RECONNECT: dict[str, Any] = {"backoff": FAST, "max_reconnect_attempts": 1000}
@@ -54,16 +56,6 @@ TRANSPORTS = ["stdio", "ws", "http"]
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def eventually(check: Callable[[], bool], timeout: float = WAIT, every: float = 0.05) -> None:
-    """Poll ``check`` (e.g. a real server's stats) until it holds; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition {check!r} did not hold within {timeout}s")
-        pause.wait(every)
 
 
 def next_message(handle: Any, timeout: float = WAIT) -> Any:
@@ -507,7 +499,7 @@ def test_cancel_ends_the_listen_on_a_real_server(
     assert listen_id in peer_stats(client)["listen_ids"]
     sub.cancel()
     assert next_message(sub) == ("ex_mcp_subscription_closed", sub, "cancelled")
-    eventually(lambda: listen_ended(client, listen_id))
+    wait_until(lambda: listen_ended(client, listen_id), every=PEER_POLL)
     stats = peer_stats(client)
     assert keeper.subscription_id in stats["listen_ids"]  # only that listen ended
     assert [e["how"] for e in stats["listens_ended"] if e["id"] == listen_id] == ["cancelled"]
@@ -649,7 +641,7 @@ def test_events_before_the_acknowledgment_are_delivered_after_it_only_inside_it(
     opener.start()
     try:
         modern_fake.wait_for("subscriptions/listen")
-        eventually(
+        wait_until(
             lambda: sum(1 for _, m in modern_fake.sent if isinstance(m, dict) and m.get("method") == TOOLS_CHANGED) == 1
         )
         barrier(modern_fake)  # the client has handled the four early events
@@ -796,7 +788,7 @@ def test_a_subscriber_thread_that_ends_cancels_its_subscriptions_on_the_wire(
     assert set(opened) == {"tools", "uris"}
     for sub in opened.values():
         modern_fake.wait_for(CANCELLED, requestId=sub.subscription_id, timeout=WAIT)
-    eventually(lambda: client._inspect()["subscriptions"] == 0)
+    wait_until(lambda: client._inspect()["subscriptions"] == 0)
     settle(client)
     assert modern_fake.open_listens() == []
 
@@ -1178,11 +1170,11 @@ def test_watch_unsubscribe_ends_it_in_both_eras(
     watch = client.watch({"toolsListChanged": True, "resourceSubscriptions": [A]})
     watch.unsubscribe()
     if client.era == "legacy":
-        eventually(lambda: peer_stats(client)["unsubscribe_calls"].get(A) == 1)
+        wait_until(lambda: peer_stats(client)["unsubscribe_calls"].get(A) == 1, every=PEER_POLL)
         assert peer_stats(client)["subscribed"] == {}
     else:
         listen_id = watch.subscription_id
-        eventually(lambda: listen_ended(client, listen_id))
+        wait_until(lambda: listen_ended(client, listen_id), every=PEER_POLL)
     notify(client, "tools")
     notify(client, "resource_updated", A, unsubscribed_too=True)
     assert assert_iteration_ends(watch) == []  # no closing message, nothing after
