@@ -25,11 +25,11 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
 from tests.peers.launch import Peer
-from tests.waiting import wait_until
+from tests.waiting import assert_next_is_marker, wait_until
 
 MODERN = "2026-07-28"
 WAIT = 10.0  # bound for anything that should happen "soon"
-QUIET = 0.3  # how long "nothing arrives" is awaited
+QUIET = 0.3  # where no marker can travel, how long "nothing arrives" is awaited
 PEER_POLL = 0.05  # seconds between two looks at a real peer's stats
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
 #: Fast backoff, and enough attempts to outlast a real peer's restart on a loaded machine.
@@ -66,8 +66,15 @@ def next_message(handle: Any, timeout: float = WAIT) -> Any:
         raise AssertionError(f"{handle!r} received nothing within {timeout}s") from None
 
 
+def assert_next(source: Any, marker: Any) -> None:
+    """Nothing came before the marker the test had sent behind what must not arrive (on the
+    same subscription, so in the same order): ``marker`` is ``source``'s next message."""
+    assert_next_is_marker(lambda timeout: source.get(timeout=timeout), lambda message: message == marker)
+
+
 def assert_nothing_arrives(source: Any, timeout: float = QUIET) -> None:
-    """``source`` (a handle or a queue) stays empty for ``timeout`` seconds."""
+    """``source`` (a handle or a queue) stays empty for ``timeout`` seconds: only where no marker
+    can travel its path."""
     try:
         message = source.get(timeout=timeout)
     except queue.Empty:
@@ -462,7 +469,8 @@ def test_events_a_real_server_pushes_outside_the_filter_are_never_delivered(
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": A})
     notify(client, "tools")
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    notify(client, "tools")  # the marker
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {}))
 
 
 def test_a_real_server_closing_the_listen_closes_the_subscription_with_its_result(
@@ -479,8 +487,10 @@ def test_a_real_server_closing_the_listen_closes_the_subscription_with_its_resul
     assert how == "complete"
     assert result.get("resultType", "complete") == "complete"
     assert result["_meta"][SUBSCRIPTION_ID_KEY] == listen_id
+    keeper = client.listen({"toolsListChanged": True})  # the same subscriber: this thread
     notify(client, "tools")
-    assert_nothing_arrives(sub)
+    assert next_message(keeper) == ("ex_mcp_subscription", keeper, TOOLS_CHANGED, {})
+    assert sub.pending() == 0  # the change reached the keeper, and not the closed subscription
     with pytest.raises(mcp.ListenerNotFound):
         sub.cancel()
 
@@ -506,7 +516,7 @@ def test_cancel_ends_the_listen_on_a_real_server(
     notify(client, "tools")
     notify(client, "prompts")
     assert next_message(keeper) == ("ex_mcp_subscription", keeper, PROMPTS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    assert sub.pending() == 0  # the keeper (the same subscriber) got its marker; sub got nothing
 
 
 # =========================================================================== listen: fake peer
@@ -534,7 +544,8 @@ def test_events_outside_a_narrower_acknowledgment_are_never_delivered(
     modern_fake.event(listen_id, TOOLS_CHANGED, {})
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": A})
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    modern_fake.event(listen_id, TOOLS_CHANGED, {"marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 1}))
 
 
 def test_event_params_lose_only_the_subscription_id_stamp(
@@ -556,7 +567,8 @@ def test_updates_of_sub_resources_of_a_subscribed_uri_are_delivered(
     modern_fake.event(sub.subscription_id, UPDATED, {"uri": "file:///dir"})
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": "file:///dir/x.txt"})
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": "file:///dir"})
-    assert_nothing_arrives(sub)
+    modern_fake.event(sub.subscription_id, UPDATED, {"uri": "file:///dir", "marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, UPDATED, {"uri": "file:///dir", "marker": 1}))
 
 
 def test_a_wider_acknowledgment_is_rejected_and_the_listen_is_cancelled(
@@ -604,7 +616,8 @@ def test_events_for_unknown_subscription_ids_are_dropped(
     modern_fake.event("listen-nobody", TOOLS_CHANGED, {}, connection=1)
     modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {})
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {"marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 1}))
     assert client.status == "ready"
 
 
@@ -645,7 +658,9 @@ def test_events_before_the_acknowledgment_are_delivered_after_it_only_inside_it(
             lambda: sum(1 for _, m in modern_fake.sent if isinstance(m, dict) and m.get("method") == TOOLS_CHANGED) == 1
         )
         barrier(modern_fake)  # the client has handled the four early events
-        assert_nothing_arrives(inbox)  # nothing is delivered before the acknowledgment
+        # Nothing is delivered before the acknowledgment. No marker can travel here: the client
+        # holds everything of a listen until its acknowledgment, a marker too.
+        assert_nothing_arrives(inbox)
         assert "sub" not in outcome
     finally:
         gate.set()
@@ -656,7 +671,8 @@ def test_events_before_the_acknowledgment_are_delivered_after_it_only_inside_it(
     assert inbox.get(timeout=WAIT) == ("ex_mcp_subscription", sub, UPDATED, {"uri": A})
     assert inbox.get(timeout=WAIT) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
     assert inbox.get(timeout=WAIT) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": True})
-    assert_nothing_arrives(inbox)
+    modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {"marker": 2})
+    assert_next(inbox, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 2}))
 
 
 def test_a_listen_with_no_acknowledgment_times_out_and_is_cancelled_on_the_wire(
@@ -844,8 +860,10 @@ def test_events_reach_only_the_subscription_whose_id_they_carry(
     modern_fake.event(second.subscription_id, TOOLS_CHANGED, {"for": "second"})
     assert next_message(first) == ("ex_mcp_subscription", first, TOOLS_CHANGED, {"for": "first"})
     assert next_message(second) == ("ex_mcp_subscription", second, TOOLS_CHANGED, {"for": "second"})
-    assert_nothing_arrives(first)
-    assert_nothing_arrives(second)
+    modern_fake.event(first.subscription_id, TOOLS_CHANGED, {"marker": "first"})
+    modern_fake.event(second.subscription_id, TOOLS_CHANGED, {"marker": "second"})
+    assert_next(first, ("ex_mcp_subscription", first, TOOLS_CHANGED, {"marker": "first"}))
+    assert_next(second, ("ex_mcp_subscription", second, TOOLS_CHANGED, {"marker": "second"}))
 
 
 def test_a_peer_that_comes_back_legacy_closes_subscriptions_with_era_changed(
@@ -955,8 +973,8 @@ def test_events_during_the_snapshot_are_delivered_after_complete_in_order(
     modern_fake.event(new_id, UPDATED, {"uri": B, "n": 3})  # outside: dropped even when held
     modern_fake.event(new_id, UPDATED, {"uri": A, "n": 4})
     barrier(modern_fake)
-    assert_nothing_arrives(sub)  # held until the snapshot completes
     gate.set()
+    # Held until the snapshot completes: its "complete" is the next message, nothing before it.
     how, snapshot = next_message(sub).state
     assert how == "complete"
     assert snapshot["tools"] == []
@@ -1042,7 +1060,8 @@ def test_events_sent_before_the_relisten_acknowledgment_follow_the_snapshot(
     )
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"n": 1})
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"n": 3})
-    assert_nothing_arrives(sub)
+    modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {"marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 1}))
 
 
 def test_events_for_the_old_listen_id_are_dropped_after_a_resync(
@@ -1092,7 +1111,11 @@ def run_watch_scenario(client: mcp.Client) -> list[tuple[Any, ...]]:
     notify(client, "resource_updated", A, count=2)
     messages = [next_message(watch) for _ in range(4)]
     assert all(isinstance(message, mcp.Notification) and message.listener is watch for message in messages)
-    assert_nothing_arrives(watch)
+    notify(client, "tools")  # the marker
+    assert_next_is_marker(
+        lambda timeout: watch.get(timeout=timeout),
+        lambda message: isinstance(message, mcp.Notification) and message.method == TOOLS_CHANGED,
+    )
     watch.unsubscribe()
     return [(message[0], message[2], message[3]) for message in messages]
 
