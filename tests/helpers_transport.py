@@ -226,6 +226,15 @@ def join_exmcp_threads(timeout: float = WAIT) -> list[str]:
 # -- stdio children ------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A local port that refuses connections for as long as the block runs: bound and never
+    listening, so no other test (another xdist worker) can take it meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
 def py(script: str) -> list[str]:
     """argv running ``script`` with this Python."""
     return [sys.executable, "-c", textwrap.dedent(script)]

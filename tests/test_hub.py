@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,23 +11,23 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._api._config import load_config
 from exmcp_actors.testing import FakeServer
+from tests.helpers_transport import refusing_port
 from tests.sdk_helpers import FAST_BACKOFF, PEER_TOOLS, WAIT
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_hub_connects_watches_and_merges_with_a_failing_server(
     sdk_stdio_argv_legacy: list[str], sdk_http_peer: Any, tmp_path: Path
 ) -> None:
+    with refusing_port() as down:
+        _hub_scenario(sdk_stdio_argv_legacy, sdk_http_peer, tmp_path, down)
+
+
+def _hub_scenario(sdk_stdio_argv_legacy: list[str], sdk_http_peer: Any, tmp_path: Path, down: int) -> None:
     config = {
         "mcpServers": {
             "local": {"command": sdk_stdio_argv_legacy[0], "args": sdk_stdio_argv_legacy[1:], "cwd": str(tmp_path)},
             "remote": {"url": sdk_http_peer.url, "headers": {"X-Test": "1"}},
-            "down": {"url": f"http://127.0.0.1:{_closed_port()}/mcp"},
+            "down": {"url": f"http://127.0.0.1:{down}/mcp"},
         }
     }
     path = tmp_path / "servers.json"
