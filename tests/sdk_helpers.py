@@ -284,31 +284,15 @@ def target_for(request: pytest.FixtureRequest, kind: str, era: str) -> Target:
     return Target(kind, era, peer=value)
 
 
-class PeerCache:
-    """ws/http peers shared by the tests of one module (started on first use).
+def shared_target(pool: Any, kind: str, era: str) -> Target:
+    """A Target on the session's long-lived peers (conftest ``peer_pool``): for tests that neither
+    kill nor configure it, and read only their own session's counters (``server_stats(mine=True)``)."""
+    from tests.peers.launch import peer_argv
 
-    Only for tests that do not depend on the peer's counters: the function-scoped
-    conftest fixtures give a fresh peer to the tests that do.
-    """
-
-    def __init__(self) -> None:
-        self._peers: dict[tuple[str, str], Any] = {}
-
-    def target(self, kind: str, era: str) -> Target:
-        from tests.peers.launch import Peer, peer_argv
-
-        peer_era = "legacy" if era == "legacy" else "both"
-        if kind == "stdio":
-            return Target(kind, era, argv=peer_argv("stdio", peer_era))
-        peer = self._peers.get((kind, era))
-        if peer is None or not peer.running:
-            peer = self._peers[(kind, era)] = Peer(kind, peer_era).start()
-        return Target(kind, era, peer=peer)
-
-    def stop_all(self) -> None:
-        for peer in self._peers.values():
-            peer.stop()
-        self._peers.clear()
+    peer_era = "legacy" if era == "legacy" else "both"
+    if kind == "stdio":
+        return Target(kind, era, argv=peer_argv("stdio", peer_era))
+    return Target(kind, era, peer=pool.peer(kind, peer_era))
 
 
 class ClientPool:
@@ -337,9 +321,11 @@ def tool_text(result: dict[str, Any]) -> str:
     return str(content[0]["text"])
 
 
-def server_stats(client: mcp.Client) -> dict[str, Any]:
-    """The peer's counters (see ``PeerState.stats`` in tests/peers/sdk_server.py)."""
-    stats: dict[str, Any] = json.loads(tool_text(client.call_tool("stats", timeout=WAIT)))
+def server_stats(client: mcp.Client, *, mine: bool = False) -> dict[str, Any]:
+    """The peer's counters (see ``PeerState.stats`` in tests/peers/sdk_server.py); with ``mine``,
+    those of the client's own legacy session only (on a peer shared with other tests)."""
+    arguments = {"mine": True} if mine else {}
+    stats: dict[str, Any] = json.loads(tool_text(client.call_tool("stats", arguments, timeout=WAIT)))
     return stats
 
 

@@ -70,16 +70,19 @@ def test_stdio_command_reconnects_and_ctrl_c_stops_the_server(sdk_stdio_argv: li
         assert wait_gone(children) == [], "a server process outlived exmcp-watch"
 
 
-def test_config_watches_two_servers_each_line_labelled(sdk_ws_peer: Any, sdk_http_peer: Any, tmp_path: Path) -> None:
+def test_config_watches_two_servers_each_line_labelled(
+    shared_ws_peer: Any, shared_http_peer: Any, tmp_path: Path
+) -> None:
     config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"one": {"url": sdk_ws_peer.url}, "two": {"url": sdk_http_peer.url}}}))
+    servers = {"one": {"url": shared_ws_peer.url}, "two": {"url": shared_http_peer.url}}
+    config.write_text(json.dumps({"mcpServers": servers}))
     with Cli("--config", str(config)) as cli:
         cli.wait_method("connected")
         cli.wait_method("connected")
         assert {line["server"] for line in cli.lines} == {"one", "two"}
-        _notify(sdk_http_peer.url, "prompts")
+        _notify(shared_http_peer.url, "prompts")
         cli.wait_method("notifications/prompts/list_changed", server="two")
-        _notify(sdk_ws_peer.url, "resources")
+        _notify(shared_ws_peer.url, "resources")
         cli.wait_method("notifications/resources/list_changed", server="one")
         _clean_exit(cli)
 

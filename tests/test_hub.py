@@ -16,23 +16,23 @@ from tests.sdk_helpers import FAST_BACKOFF, PEER_TOOLS, WAIT
 
 
 def test_hub_connects_watches_and_merges_with_a_failing_server(
-    sdk_stdio_argv_legacy: list[str], sdk_http_peer: Any, tmp_path: Path
+    sdk_stdio_argv_legacy: list[str], shared_http_peer: Any, tmp_path: Path
 ) -> None:
     with refusing_port() as down:
-        _hub_scenario(sdk_stdio_argv_legacy, sdk_http_peer, tmp_path, down)
+        _hub_scenario(sdk_stdio_argv_legacy, shared_http_peer, tmp_path, down)
 
 
-def _hub_scenario(sdk_stdio_argv_legacy: list[str], sdk_http_peer: Any, tmp_path: Path, down: int) -> None:
+def _hub_scenario(sdk_stdio_argv_legacy: list[str], shared_http_peer: Any, tmp_path: Path, down: int) -> None:
     config = {
         "mcpServers": {
             "local": {"command": sdk_stdio_argv_legacy[0], "args": sdk_stdio_argv_legacy[1:], "cwd": str(tmp_path)},
-            "remote": {"url": sdk_http_peer.url, "headers": {"X-Test": "1"}},
+            "remote": {"url": shared_http_peer.url, "headers": {"X-Test": "1"}},
             "down": {"url": f"http://127.0.0.1:{down}/mcp"},
         }
     }
     path = tmp_path / "servers.json"
     path.write_text(json.dumps(config))
-    with mcp.Hub.from_config(path, backoff=FAST_BACKOFF, connect_timeout=5.0) as hub:
+    with mcp.Hub.from_config(path, backoff=FAST_BACKOFF) as hub:  # a cold SDK child may take seconds
         assert sorted(hub.clients) == ["local", "remote"]
         assert {name: client.name for name, client in hub.clients.items()} == {"local": "local", "remote": "remote"}
         assert list(hub.errors) == ["down"] and isinstance(hub.errors["down"], mcp.ConnectError)

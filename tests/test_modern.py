@@ -150,32 +150,21 @@ def fresh_server(request: pytest.FixtureRequest, kind: str, era: str) -> RealSer
 
 
 class SharedPeers:
-    """ws/http peers started once for the module, for tests that neither kill them nor count on
-    server-wide counters (starting a peer costs seconds)."""
+    """The session's long-lived ws/http peers (conftest ``peer_pool``), for tests that neither kill
+    them nor count on server-wide counters (starting a peer costs seconds)."""
 
-    def __init__(self) -> None:
-        self._peers: dict[tuple[str, str], Peer] = {}
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
 
     def server(self, request: pytest.FixtureRequest, kind: str, era: str) -> RealServer:
         if kind == "stdio":
             return fresh_server(request, kind, era)
-        peer = self._peers.get((kind, era))
-        if peer is None or not peer.running:
-            peer = self._peers[(kind, era)] = Peer(kind, era).start()
-        return RealServer(kind, era, peer=peer)
-
-    def stop(self) -> None:
-        for peer in self._peers.values():
-            peer.stop()
+        return RealServer(kind, era, peer=self._pool.peer(kind, era))
 
 
-@pytest.fixture(scope="module")
-def shared_peers() -> Iterator[SharedPeers]:
-    peers = SharedPeers()
-    try:
-        yield peers
-    finally:
-        peers.stop()
+@pytest.fixture
+def shared_peers(peer_pool: Any) -> SharedPeers:
+    return SharedPeers(peer_pool)
 
 
 @pytest.fixture(params=TRANSPORTS)

@@ -265,13 +265,13 @@ def test_ws_both_eras(sdk_ws_peer: Peer) -> None:
     assert sdk_ws_peer.proc is not None and sdk_ws_peer.proc.returncode == 0
 
 
-def test_ws_requires_subprotocol(sdk_ws_peer: Peer) -> None:
+def test_ws_requires_subprotocol(shared_ws_peer: Peer) -> None:
     with pytest.raises(websocket.WebSocketBadStatusException):
-        websocket.create_connection(sdk_ws_peer.url, timeout=TIMEOUT)
+        websocket.create_connection(shared_ws_peer.url, timeout=TIMEOUT)
 
 
-def test_ws_legacy_era(sdk_ws_peer_legacy: Peer) -> None:
-    ws = ws_connect(sdk_ws_peer_legacy)
+def test_ws_legacy_era(shared_ws_peer_legacy: Peer) -> None:
+    ws = ws_connect(shared_ws_peer_legacy)
     try:
         assert ws_request(ws, DISCOVER)["error"]["code"] == -32601
         assert_initialize_result(ws_request(ws, INITIALIZE))
@@ -334,22 +334,22 @@ def test_http_both_eras(sdk_http_peer: Peer) -> None:
     assert sdk_http_peer.proc is not None and sdk_http_peer.proc.returncode == 0
 
 
-def test_http_legacy_era(sdk_http_peer_legacy: Peer) -> None:
+def test_http_legacy_era(shared_http_peer_legacy: Peer) -> None:
     with httpx.Client(timeout=TIMEOUT) as client:
         discover = client.post(
-            sdk_http_peer_legacy.url,
+            shared_http_peer_legacy.url,
             json=DISCOVER,
             headers=modern_headers("server/discover"),
         )
         assert discover.status_code == 400
         assert discover.json()["error"]["code"] == -32600
-        init = client.post(sdk_http_peer_legacy.url, json=INITIALIZE, headers=HTTP_ACCEPT)
+        init = client.post(shared_http_peer_legacy.url, json=INITIALIZE, headers=HTTP_ACCEPT)
         assert init.status_code == 200
         assert_initialize_result(sse_messages(init)[0])
 
 
-def test_http_legacy_get_stream_carries_notifications(sdk_http_peer: Peer) -> None:
-    url = sdk_http_peer.url
+def test_http_legacy_get_stream_carries_notifications(shared_http_peer: Peer) -> None:
+    url = shared_http_peer.url
     with (
         httpx.Client(timeout=TIMEOUT) as client,
         httpx.Client(timeout=TIMEOUT) as streamer,
