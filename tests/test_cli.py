@@ -125,7 +125,7 @@ def test_text_output_has_a_time_stamp_and_the_server_name() -> None:
     assert "\033[" not in stdout  # no colour when stdout is not a terminal
 
 
-def test_colour_on_a_terminal() -> None:
+def test_a_terminal_gets_colour() -> None:
     class Tty:
         def __init__(self) -> None:
             self.text = ""
@@ -156,7 +156,9 @@ def test_refused_handshake_is_one_line_and_a_failure() -> None:
     assert line.startswith("exmcp-watch: cannot connect to")
 
 
-def test_bad_config_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_config_or_bad_arguments_exit_with_status_2_and_say_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, _, stderr = _run_here("--config", "/nonexistent/servers.json")
     assert rc == 2
     assert stderr.splitlines() == [

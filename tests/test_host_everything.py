@@ -54,7 +54,9 @@ def text_of(result: dict[str, Any]) -> str:
     return "\n".join(block.get("text", "") for block in result["content"])
 
 
-def test_sampling_elicitation_and_roots(connect: Callable[..., mcp.Client]) -> None:
+def test_sampling_elicitation_and_roots_requests_of_the_npm_server_are_answered(
+    connect: Callable[..., mcp.Client],
+) -> None:
     asked: list[dict[str, Any]] = []
 
     def elicitation(params: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def test_sampling_elicitation_and_roots(connect: Callable[..., mcp.Client]) -> N
     assert "file:///elsewhere" in text_of(client.call_tool("get-roots-list", {}, timeout=TIMEOUT))
 
 
-def test_progress_and_log_messages(connect: Callable[..., mcp.Client]) -> None:
+def test_progress_and_log_messages_of_the_npm_server_reach_the_host(connect: Callable[..., mcp.Client]) -> None:
     client = connect()
     seen: list[dict[str, Any]] = []
     client.call_tool(
@@ -126,7 +128,7 @@ def test_the_server_runs_sampling_and_elicitation_as_client_tasks(connect: Calla
     assert "decline" in declined.lower()
 
 
-def test_resource_templates_and_completion(connect: Callable[..., mcp.Client]) -> None:
+def test_resource_templates_are_listed_and_completion_is_answered(connect: Callable[..., mcp.Client]) -> None:
     client = connect()
     templates = {t["uriTemplate"] for t in client.list_resource_templates(timeout=TIMEOUT)}
     assert "demo://resource/dynamic/text/{resourceId}" in templates
@@ -182,7 +184,7 @@ def _read_start(proc: subprocess.Popen[str], started: queue.Queue[bool]) -> None
         started.put(False)
 
 
-def test_host_requests_and_progress_over_streamable_http(
+def test_host_requests_and_progress_work_over_streamable_http(
     everything_http: str, connect: Callable[..., mcp.Client]
 ) -> None:
     client = connect(everything_http, sampling=sampling, roots=ROOTS)

@@ -88,7 +88,7 @@ def test_bad_configs_are_refused_with_a_sentence(config: dict[str, Any], words: 
     assert words in str(raised.value)
 
 
-def test_config_file_errors(tmp_path: Path) -> None:
+def test_a_bad_config_file_raises_config_error_saying_what_is_wrong(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(mcp.ConfigError, match="is not valid JSON"):

@@ -63,7 +63,7 @@ def test_websocket_credentials_query_and_headers_stay_out_of_every_record(
     _assert_kept(everything, expect="exmcp_actors")
 
 
-def test_redaction_of_what_dependencies_log() -> None:
+def test_what_dependencies_log_is_redacted() -> None:
     assert redact_url(f"wss://u:{SECRET}@[::1]:8443/mcp?token={SECRET}#f") == "wss://[::1]:8443/mcp"
     samples = [
         f'HTTP Request: POST http://u:{SECRET}@h/mcp?token={SECRET} "HTTP/1.1 200 OK"',

@@ -751,7 +751,9 @@ def get_stream_connected() -> Iterator[threading.Event]:
     log.setLevel(old_level)
 
 
-def test_the_sdk_server_in_the_legacy_era(sdk_server, open_transport, get_stream_connected) -> None:
+def test_a_legacy_session_with_the_sdk_server_gets_answers_and_updates_on_the_get_stream(
+    sdk_server, open_transport, get_stream_connected
+) -> None:
     transport, sink = open_transport(sdk_server)
 
     result = start_legacy_session(transport, sink)["result"]
@@ -771,7 +773,9 @@ def test_the_sdk_server_in_the_legacy_era(sdk_server, open_transport, get_stream
     assert sink.lost == []
 
 
-def test_the_sdk_server_in_the_modern_era(sdk_server, open_transport) -> None:
+def test_a_modern_session_with_the_sdk_server_gets_answers_and_updates_on_its_listen(
+    sdk_server, open_transport
+) -> None:
     transport, sink = open_transport(sdk_server)
 
     transport.send(request("discover", "server/discover", modern=True))
