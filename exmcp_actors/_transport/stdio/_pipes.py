@@ -139,6 +139,8 @@ class FirstRead:
 
     def written(self) -> None:
         """Bytes went into the pipe (from any thread): start looking, if not started yet."""
+        if self._watching:
+            return  # every later write: no lock on the way out
         with self._lock:
             if self._watching:
                 return
