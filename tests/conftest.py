@@ -4,8 +4,12 @@ Peers (see tests/peers/FRAMES.md for what they put on the wire):
 
 - ``sdk_stdio_argv`` -> ``list[str]``: argv a client spawns (any cwd works; ``STDIO_CWD`` is the repo root).
   Variants: ``sdk_stdio_argv_legacy``, ``sdk_stdio_argv_silent`` (legacy, never answers server/discover).
-- ``sdk_ws_peer`` / ``sdk_http_peer`` -> ``Peer``: a running ws/http peer, stopped after the test.
+- ``sdk_ws_peer`` / ``sdk_http_peer`` -> ``Peer``: a running ws/http peer of the test's own, stopped
+  after it: for tests that stop, kill, restart or configure it, or count on server-wide counters.
   ``.url``, ``.stop()``, ``.kill()``, ``.restart()``. Variants: ``sdk_ws_peer_legacy``, ``sdk_http_peer_legacy``.
+- ``shared_ws_peer`` / ``shared_http_peer`` (and ``_legacy``): the same, but long-lived, shared by
+  every test of the session (of the xdist worker) that leaves it alone; ``peer_pool`` holds them.
+  A cold SDK peer costs seconds, so this is the default for a test that only talks to one.
 
 Every peer fixture is parametrizable indirectly by era, or by a dict::
 
@@ -83,6 +87,64 @@ def sdk_stdio_argv_legacy(request: pytest.FixtureRequest) -> list[str]:
 def sdk_stdio_argv_silent(request: pytest.FixtureRequest) -> list[str]:
     _, extra = _peer_options(request, "legacy")
     return peer_argv("stdio", "legacy", extra_args=["--silent-probe", *extra])
+
+
+class PeerPool:
+    """ws/http peers shared by the tests of this session (one per xdist worker), each started on
+    first use and stopped when the session ends. One found stopped (a test that should have had a
+    peer of its own stopped it) is started again, so the tests after it are not its victims."""
+
+    def __init__(self) -> None:
+        self._peers: dict[tuple[str, str, tuple[str, ...]], Peer] = {}
+
+    def peer(self, transport: str, era: str = "both", extra_args: tuple[str, ...] = ()) -> Peer:
+        key = (transport, era, tuple(extra_args))
+        peer = self._peers.get(key)
+        if peer is None or not peer.running:
+            if peer is not None:
+                peer.stop()  # reaps what is left of it
+            peer = self._peers[key] = Peer(transport, era, tuple(extra_args)).start()
+        return peer
+
+    def stop_all(self) -> None:
+        for peer in self._peers.values():
+            peer.stop()
+        self._peers.clear()
+
+
+@pytest.fixture(scope="session")
+def peer_pool() -> Iterator[PeerPool]:
+    pool = PeerPool()
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+def _shared_peer(request: pytest.FixtureRequest, transport: str, default_era: str) -> Peer:
+    era, extra = _peer_options(request, default_era)
+    pool: PeerPool = request.getfixturevalue("peer_pool")
+    return pool.peer(transport, era, tuple(extra))
+
+
+@pytest.fixture
+def shared_ws_peer(request: pytest.FixtureRequest) -> Peer:
+    return _shared_peer(request, "ws", "both")
+
+
+@pytest.fixture
+def shared_ws_peer_legacy(request: pytest.FixtureRequest) -> Peer:
+    return _shared_peer(request, "ws", "legacy")
+
+
+@pytest.fixture
+def shared_http_peer(request: pytest.FixtureRequest) -> Peer:
+    return _shared_peer(request, "http", "both")
+
+
+@pytest.fixture
+def shared_http_peer_legacy(request: pytest.FixtureRequest) -> Peer:
+    return _shared_peer(request, "http", "legacy")
 
 
 def _running_peer(request: pytest.FixtureRequest, transport: str, default_era: str) -> Iterator[Peer]:

@@ -50,6 +50,8 @@ class RecordingSink:
             self.release.set()
         #: The threads that called the sink.
         self.threads: set[str] = set()
+        #: ``time.monotonic()`` when the transport said the peer reads its input (None: not yet).
+        self.reading_at: float | None = None
 
     # FrameSink
     def frames_received(self, frames: list[Frame]) -> None:
@@ -69,6 +71,12 @@ class RecordingSink:
             self.lost.append(reason)
             self._cond.notify_all()
         self.lost_event.set()
+
+    def peer_reading(self) -> None:
+        """Record when the peer began reading."""
+        with self._cond:
+            self.reading_at = time.monotonic()
+            self._cond.notify_all()
 
     # For tests
     @property
@@ -216,6 +224,15 @@ def join_exmcp_threads(timeout: float = WAIT) -> list[str]:
 
 
 # -- stdio children ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A local port that refuses connections for as long as the block runs: bound and never
+    listening, so no other test (another xdist worker) can take it meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 def py(script: str) -> list[str]:

@@ -65,18 +65,6 @@ PEER_PAGE_SIZE = 2
 PEER_INFO = {"name": "exmcp-test-peer", "version": "1.0.0"}
 
 
-_never = threading.Event()
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
-    """Wait until ``predicate()`` holds (a bounded poll of a condition, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout}s")
-        _never.wait(0.005)
-
-
 # --------------------------------------------------------------------------- wire tap
 
 
@@ -95,6 +83,9 @@ class _TapSink:
     def transport_lost(self, reason: str) -> None:
         self._tap._record_lost(self._connection, reason)
         self._sink.transport_lost(reason)
+
+    def peer_reading(self) -> None:
+        self._sink.peer_reading()
 
 
 class _TapInbox:
@@ -147,6 +138,11 @@ class TapTransport(Transport):
     def pid(self) -> int | None:
         """The child's pid for a stdio transport."""
         return getattr(self.inner, "pid", None)
+
+    @property  # type: ignore[override]
+    def reports_reading(self) -> bool:
+        """As the wrapped transport: the probe's clock waits for a stdio child to read."""
+        return self.inner.reports_reading
 
     # -- Transport ----------------------------------------------------------------------
 
@@ -288,31 +284,15 @@ def target_for(request: pytest.FixtureRequest, kind: str, era: str) -> Target:
     return Target(kind, era, peer=value)
 
 
-class PeerCache:
-    """ws/http peers shared by the tests of one module (started on first use).
+def shared_target(pool: Any, kind: str, era: str) -> Target:
+    """A Target on the session's long-lived peers (conftest ``peer_pool``): for tests that neither
+    kill nor configure it, and read only their own session's counters (``server_stats(mine=True)``)."""
+    from tests.peers.launch import peer_argv
 
-    Only for tests that do not depend on the peer's counters: the function-scoped
-    conftest fixtures give a fresh peer to the tests that do.
-    """
-
-    def __init__(self) -> None:
-        self._peers: dict[tuple[str, str], Any] = {}
-
-    def target(self, kind: str, era: str) -> Target:
-        from tests.peers.launch import Peer, peer_argv
-
-        peer_era = "legacy" if era == "legacy" else "both"
-        if kind == "stdio":
-            return Target(kind, era, argv=peer_argv("stdio", peer_era))
-        peer = self._peers.get((kind, era))
-        if peer is None or not peer.running:
-            peer = self._peers[(kind, era)] = Peer(kind, peer_era).start()
-        return Target(kind, era, peer=peer)
-
-    def stop_all(self) -> None:
-        for peer in self._peers.values():
-            peer.stop()
-        self._peers.clear()
+    peer_era = "legacy" if era == "legacy" else "both"
+    if kind == "stdio":
+        return Target(kind, era, argv=peer_argv("stdio", peer_era))
+    return Target(kind, era, peer=pool.peer(kind, peer_era))
 
 
 class ClientPool:
@@ -341,9 +321,11 @@ def tool_text(result: dict[str, Any]) -> str:
     return str(content[0]["text"])
 
 
-def server_stats(client: mcp.Client) -> dict[str, Any]:
-    """The peer's counters (see ``PeerState.stats`` in tests/peers/sdk_server.py)."""
-    stats: dict[str, Any] = json.loads(tool_text(client.call_tool("stats", timeout=WAIT)))
+def server_stats(client: mcp.Client, *, mine: bool = False) -> dict[str, Any]:
+    """The peer's counters (see ``PeerState.stats`` in tests/peers/sdk_server.py); with ``mine``,
+    those of the client's own legacy session only (on a peer shared with other tests)."""
+    arguments = {"mine": True} if mine else {}
+    stats: dict[str, Any] = json.loads(tool_text(client.call_tool("stats", arguments, timeout=WAIT)))
     return stats
 
 

@@ -61,7 +61,7 @@ def all_logs() -> Iterator[list[str]]:
         yield lines
 
 
-def test_code_flow_with_pkce_against_the_sdk_authorization_server(peer: AuthPeer) -> None:
+def test_the_code_flow_with_pkce_registers_once_and_gets_one_code_grant_bound_to_the_server(peer: AuthPeer) -> None:
     auth = mcp.OAuth(client_name="test-host", on_authorize=follow)
     with mcp.connect(peer.url, auth=auth, reconnect=False) as client:
         assert [t["name"] for t in client.list_tools()] == ["echo"]
@@ -125,7 +125,7 @@ def test_cross_app_access_exchanges_the_assertion_with_jwt_bearer() -> None:
         assert provider.issued == [("jwt-bearer", peer.url)]
 
 
-def test_no_token_code_or_secret_in_logs_or_errors(peer: AuthPeer, all_logs: list[str]) -> None:
+def test_no_log_record_or_error_holds_a_token_a_code_or_a_secret(peer: AuthPeer, all_logs: list[str]) -> None:
     callbacks: list[str] = []
 
     def forged(url: str) -> str:
@@ -301,7 +301,7 @@ def _client(provider: MemoryProvider, client_id: str, secret: str | None, method
     )
 
 
-def test_client_credentials_with_a_secret(peer: AuthPeer) -> None:
+def test_client_credentials_with_a_secret_get_a_token_with_basic_authentication(peer: AuthPeer) -> None:
     _client(peer.provider, "svc", "svc-secret", "client_secret_basic")
     auth = mcp.OAuth(grant="client_credentials", client_id="svc", client_secret="svc-secret", on_authorize=refuse)
     with mcp.connect(peer.url, auth=auth) as client:
@@ -310,7 +310,7 @@ def test_client_credentials_with_a_secret(peer: AuthPeer) -> None:
     assert peer.provider.issued == [("client_credentials", peer.url)]
 
 
-def test_client_credentials_with_private_key_jwt(peer: AuthPeer) -> None:
+def test_client_credentials_with_a_private_key_get_a_token_with_a_signed_jwt(peer: AuthPeer) -> None:
     from joserfc.jwk import ECKey
 
     key = ECKey.generate_key("P-256")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeServer
 from tests.sdk_helpers import FAST_BACKOFF, PEER_PROMPTS, PEER_RESOURCES, PEER_TOOLS, WAIT
+from tests.waiting import wait_until
 
 
 def _names(items: list[dict[str, Any]], key: str = "name") -> list[str]:
@@ -75,9 +75,8 @@ def test_a_burst_costs_at_most_two_refetches_never_two_at_once() -> None:
             server.set_items("tools", [{"name": "new", "inputSchema": {"type": "object"}}])
             for _ in range(20):
                 server.list_changed("tools")
-            deadline = time.monotonic() + WAIT
-            while catalog._events.qsize() < 20 and time.monotonic() < deadline:
-                time.sleep(0.01)  # polling a queue size: nothing to wait on
+            # A queue's size: nothing to wait on but a poll.
+            wait_until(lambda: catalog._events.qsize() >= 20, WAIT, "the 20 list changes queued on the catalog")
             gate.set()
             first, second = _changes(catalog, 2)
             assert (first.kind, second.kind) == ("tools", "tools")

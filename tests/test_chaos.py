@@ -32,6 +32,7 @@ from tests.sdk_helpers import (
     server_stats,
     settle,
 )
+from tests.waiting import wait_until
 
 SOAK = os.environ.get("EXMCP_SOAK") == "1"
 ROUNDS = int(os.environ.get("EXMCP_SOAK_ROUNDS", "25")) if SOAK else 2
@@ -122,11 +123,8 @@ def reopened(chaos: Chaos) -> None:
 
 
 def wait_ready(client: mcp.Client, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while client.status != "ready":
-        assert client.status != "disconnected", "the client gave up"
-        assert time.monotonic() < deadline, f"not ready within {timeout}s (status {client.status})"
-        time.sleep(0.02)
+    wait_until(lambda: client.status in ("ready", "disconnected"), timeout, "the client ready")
+    assert client.status == "ready", "the client gave up"
 
 
 def expect_update(listener: Any, uri: str) -> bool:

@@ -6,7 +6,6 @@ import configparser
 import io
 import json
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from exmcp_actors import _cli
 from tests.cli_helpers import ROOT, Cli, run_cli, wait_gone
 from tests.peers.launch import peer_argv
 from tests.sdk_helpers import WAIT
+from tests.waiting import wait_until
 
 URI_A = "file:///a.txt"
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
@@ -70,16 +70,19 @@ def test_stdio_command_reconnects_and_ctrl_c_stops_the_server(sdk_stdio_argv: li
         assert wait_gone(children) == [], "a server process outlived exmcp-watch"
 
 
-def test_config_watches_two_servers_each_line_labelled(sdk_ws_peer: Any, sdk_http_peer: Any, tmp_path: Path) -> None:
+def test_config_watches_two_servers_each_line_labelled(
+    shared_ws_peer: Any, shared_http_peer: Any, tmp_path: Path
+) -> None:
     config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"one": {"url": sdk_ws_peer.url}, "two": {"url": sdk_http_peer.url}}}))
+    servers = {"one": {"url": shared_ws_peer.url}, "two": {"url": shared_http_peer.url}}
+    config.write_text(json.dumps({"mcpServers": servers}))
     with Cli("--config", str(config)) as cli:
         cli.wait_method("connected")
         cli.wait_method("connected")
         assert {line["server"] for line in cli.lines} == {"one", "two"}
-        _notify(sdk_http_peer.url, "prompts")
+        _notify(shared_http_peer.url, "prompts")
         cli.wait_method("notifications/prompts/list_changed", server="two")
-        _notify(sdk_ws_peer.url, "resources")
+        _notify(shared_ws_peer.url, "resources")
         cli.wait_method("notifications/resources/list_changed", server="one")
         _clean_exit(cli)
 
@@ -122,7 +125,7 @@ def test_text_output_has_a_time_stamp_and_the_server_name() -> None:
     assert "\033[" not in stdout  # no colour when stdout is not a terminal
 
 
-def test_colour_on_a_terminal() -> None:
+def test_a_terminal_gets_colour() -> None:
     class Tty:
         def __init__(self) -> None:
             self.text = ""
@@ -153,7 +156,9 @@ def test_refused_handshake_is_one_line_and_a_failure() -> None:
     assert line.startswith("exmcp-watch: cannot connect to")
 
 
-def test_bad_config_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_config_or_bad_arguments_exit_with_status_2_and_say_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, _, stderr = _run_here("--config", "/nonexistent/servers.json")
     assert rc == 2
     assert stderr.splitlines() == [
@@ -200,16 +205,19 @@ def test_python_m_without_watch_shows_usage() -> None:
     assert done.returncode == 2 and "watch" in done.stderr
 
 
-def test_ctrl_c_during_a_connect_that_never_answers_exits_promptly() -> None:
-    never = [sys.executable, "-c", "import time; time.sleep(60)"]
+NEVER_ANSWERS = "import sys, time; sys.stdin.readline(); open(sys.argv[1], 'w').close(); time.sleep(60)"
+
+
+def test_ctrl_c_during_a_connect_that_never_answers_exits_promptly(tmp_path: Path) -> None:
+    heard = tmp_path / "heard"
+    # A server that reads the probe, says so through a file, and never answers.
+    never = [sys.executable, "-c", NEVER_ANSWERS, str(heard)]
     with Cli("--", *never) as cli:
-        deadline = time.monotonic() + WAIT
-        while not cli.children() and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling the process table: nothing to wait on
+        # Another process's file: nothing to wait on but a poll.
+        wait_until(heard.exists, WAIT, "the server to read the probe", every=0.05)
         children = cli.children()
         assert children, "exmcp-watch did not start its server"
-        time.sleep(0.5)  # the connect is under way, waiting for an initialize answer
-        rc, took = cli.interrupt()
+        rc, took = cli.interrupt()  # the connect is under way, waiting for an answer
         assert rc in (0, 130), cli.stderr
         assert took < 2.5, f"exited {took:.2f}s after SIGINT"
         assert "Traceback" not in cli.stderr, cli.stderr

@@ -35,7 +35,6 @@ from tests.sdk_helpers import (
     WAIT,
     ClientPool,
     Collected,
-    PeerCache,
     TapTransport,
     Target,
     assert_nothing_after_closed,
@@ -53,6 +52,7 @@ from tests.sdk_helpers import (
     run_in_thread,
     server_stats,
     settle,
+    shared_target,
     surviving_library_threads,
     target_for,
     tool_text,
@@ -68,23 +68,18 @@ def _ids(param: tuple[str, str]) -> str:
 
 @pytest.fixture
 def fresh(request: pytest.FixtureRequest) -> Target:
-    """A peer of this test's own (conftest fixtures): for tests that read its counters."""
+    """A peer of this test's own (conftest fixtures): for tests that configure it or start it with
+    flags of their own."""
     kind, era = request.param
     return target_for(request, kind, era)
 
 
-@pytest.fixture(scope="module")
-def peer_cache() -> Iterator[PeerCache]:
-    cache = PeerCache()
-    yield cache
-    cache.stop_all()
-
-
 @pytest.fixture
-def target(request: pytest.FixtureRequest, peer_cache: PeerCache) -> Target:
-    """A peer shared with the module's other tests: for tests that do not read its counters."""
+def target(request: pytest.FixtureRequest, peer_pool: Any) -> Target:
+    """A long-lived peer shared with the session's other tests: they read only their own
+    session's counters (``server_stats(client, mine=True)``)."""
     kind, era = request.param
-    return peer_cache.target(kind, era)
+    return shared_target(peer_pool, kind, era)
 
 
 @pytest.fixture
@@ -376,18 +371,18 @@ def test_an_explicit_unsubscribe_resource_silences_a_listener_on_that_uri(pool: 
 # --------------------------------------------------------------------------- registration
 
 
-@pytest.mark.parametrize("fresh", LEGACY, indirect=True, ids=_ids)
+@pytest.mark.parametrize("target", LEGACY, indirect=True, ids=_ids)
 def test_one_subscribe_per_uri_is_shared_across_listeners_and_the_last_holder_unsubscribes(
-    pool: ClientPool, fresh: Target
+    pool: ClientPool, target: Target
 ) -> None:
-    client, _ = connect(pool, fresh)
+    client, _ = connect(pool, target)
     other = Collected()
     both = client.subscribe_notifications({"resourceSubscriptions": [URI_A, URI_B]})
     a_only = client.subscribe_notifications({"resourceSubscriptions": [URI_A]})
     b_and_c = client.subscribe_notifications({"resourceSubscriptions": [URI_B, URI_C, URI_B]}, subscriber=other)
     assert b_and_c.filter == {"resourceSubscriptions": [URI_B, URI_C]}
 
-    stats = server_stats(client)
+    stats = server_stats(client, mine=True)
     session = only_live_session(stats)
     assert stats["subscribe_calls"] == {URI_A: 1, URI_B: 1, URI_C: 1}
     assert sorted(session["subscribed"]) == [URI_A, URI_B, URI_C]
@@ -399,17 +394,17 @@ def test_one_subscribe_per_uri_is_shared_across_listeners_and_the_last_holder_un
 
     both.unsubscribe()  # a is still held by a_only, b by b_and_c
     settle(client)
-    assert server_stats(client)["unsubscribe_calls"] == {}
+    assert server_stats(client, mine=True)["unsubscribe_calls"] == {}
 
     a_only.unsubscribe()  # the last holder of a
     settle(client)
-    stats = server_stats(client)
+    stats = server_stats(client, mine=True)
     assert stats["unsubscribe_calls"] == {URI_A: 1}
     assert sorted(only_live_session(stats)["subscribed"]) == [URI_B, URI_C]
 
     client.unsubscribe_notifications(b_and_c)
     state = settle(client)
-    stats = server_stats(client)
+    stats = server_stats(client, mine=True)
     assert stats["subscribe_calls"] == {URI_A: 1, URI_B: 1, URI_C: 1}
     assert stats["unsubscribe_calls"] == {URI_A: 1, URI_B: 1, URI_C: 1}
     assert stats["subscribed"] == {}
@@ -449,9 +444,9 @@ def test_a_refused_subscribe_fails_the_registration_and_rolls_back_only_its_own_
     assert not [m for m in tap.sent_messages("resources/subscribe") if m["params"]["uri"] == late]
 
 
-@pytest.mark.parametrize("fresh", [("ws", "legacy")], indirect=True, ids=_ids)
-def test_a_dead_subscriber_is_refused_before_any_subscribe_is_sent(pool: ClientPool, fresh: Target) -> None:
-    client, tap = connect(pool, fresh)
+@pytest.mark.parametrize("target", [("ws", "legacy")], indirect=True, ids=_ids)
+def test_a_dead_subscriber_is_refused_before_any_subscribe_is_sent(pool: ClientPool, target: Target) -> None:
+    client, tap = connect(pool, target)
     finished = threading.Thread(target=lambda: None, name="already-finished")
     finished.start()
     finished.join()
@@ -461,7 +456,7 @@ def test_a_dead_subscriber_is_refused_before_any_subscribe_is_sent(pool: ClientP
     assert info.value.reason == "subscriber_not_alive"
 
     assert tap.sent_messages("resources/subscribe") == []
-    assert server_stats(client)["subscribe_calls"] == {}
+    assert server_stats(client, mine=True)["subscribe_calls"] == {}
     state = settle(client)
     assert state["entries"] == 0 and state["refcount"]["empty"] is True
 
@@ -492,11 +487,11 @@ def test_a_disconnected_client_refuses_new_listeners_with_not_connected(pool: Cl
 # --------------------------------------------------------------------------- lifecycle
 
 
-@pytest.mark.parametrize("fresh", LEGACY, indirect=True, ids=_ids)
+@pytest.mark.parametrize("target", LEGACY, indirect=True, ids=_ids)
 def test_a_listener_whose_thread_ends_is_removed_and_its_uri_unsubscribed_within_a_second(
-    pool: ClientPool, fresh: Target
+    pool: ClientPool, target: Target
 ) -> None:
-    client, tap = connect(pool, fresh)
+    client, tap = connect(pool, target)
     staying = client.subscribe_notifications({"resourceSubscriptions": [URI_A]})
     registered = threading.Event()
     leave = threading.Event()
@@ -509,7 +504,7 @@ def test_a_listener_whose_thread_ends_is_removed_and_its_uri_unsubscribed_within
     thread = threading.Thread(target=owner, name="short-lived-subscriber")
     thread.start()
     assert registered.wait(WAIT)
-    assert server_stats(client)["subscribed"] == {URI_A: 1, URI_B: 1}
+    assert server_stats(client, mine=True)["subscribed"] == {URI_A: 1, URI_B: 1}
 
     leave.set()
     thread.join(WAIT)
@@ -520,7 +515,7 @@ def test_a_listener_whose_thread_ends_is_removed_and_its_uri_unsubscribed_within
 
     state = settle(client)
     assert state["entries"] == 1 and state["refcount"]["counts"] == {URI_A: 1}
-    stats = server_stats(client)
+    stats = server_stats(client, mine=True)
     assert stats["subscribed"] == {URI_A: 1}
     assert stats["unsubscribe_calls"] == {URI_B: 1}
     notify(client, "resource_updated", URI_A)
@@ -538,11 +533,11 @@ class _SinkActor(pykka.ThreadingActor):
         self.inbox.put(message)
 
 
-@pytest.mark.parametrize("fresh", [("ws", "legacy")], indirect=True, ids=_ids)
+@pytest.mark.parametrize("target", [("ws", "legacy")], indirect=True, ids=_ids)
 def test_an_actor_subscriber_is_told_its_messages_and_its_stop_removes_the_listener_within_a_second(
-    pool: ClientPool, fresh: Target
+    pool: ClientPool, target: Target
 ) -> None:
-    client, tap = connect(pool, fresh)
+    client, tap = connect(pool, target)
     told: queue.Queue[Any] = queue.Queue()
     sink = _SinkActor.start(told)
     listener = client.subscribe_notifications({"resourceSubscriptions": [URI_A, URI_B]}, subscriber=sink)
@@ -563,7 +558,7 @@ def test_an_actor_subscriber_is_told_its_messages_and_its_stop_removes_the_liste
     assert time.monotonic() - stopped <= 1.0
     state = settle(client)
     assert state["entries"] == 0 and state["proxies"] == 0 and state["refcount"]["empty"] is True
-    assert server_stats(client)["subscribed"] == {}
+    assert server_stats(client, mine=True)["subscribed"] == {}
     with pytest.raises(mcp.ListenerNotFound):
         listener.unsubscribe()
 

@@ -43,7 +43,7 @@ def test_the_view_follows_the_demo_through_a_queue() -> None:
         assert any("tools list now" in line for line in view.updates)
 
 
-def test_reconnected_and_closed_messages() -> None:
+def test_reconnected_and_closed_messages_set_the_view_status() -> None:
     desktop = _load()
     view = desktop.CatalogView()
     view.apply(mcp.Reconnected("ex_mcp_notification_reconnected", None, {"resubscribed": ["u"], "failed": []}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,9 +39,16 @@ def _python_blocks() -> list[tuple[int, str]]:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """``python`` on PATH is this interpreter, and the work tree comes first on PYTHONPATH."""
+    """``python`` on PATH is this interpreter, and the work tree comes first on PYTHONPATH.
+
+    A shim that execs the interpreter by its own path, not a symlink: CPython finds a virtual
+    environment's ``pyvenv.cfg`` beside the path it was started from, so a symlink elsewhere
+    would run the bare interpreter without the environment's packages.
+    """
     bin_dir = tmp_path_factory.mktemp("bin")
-    (bin_dir / "python").symlink_to(sys.executable)
+    shim = bin_dir / "python"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    shim.chmod(0o755)
     environment = cli_env()
     environment["PATH"] = os.pathsep.join([str(bin_dir), environment.get("PATH", "")])
     return environment

@@ -54,7 +54,9 @@ def text_of(result: dict[str, Any]) -> str:
     return "\n".join(block.get("text", "") for block in result["content"])
 
 
-def test_sampling_elicitation_and_roots(connect: Callable[..., mcp.Client]) -> None:
+def test_sampling_elicitation_and_roots_requests_of_the_npm_server_are_answered(
+    connect: Callable[..., mcp.Client],
+) -> None:
     asked: list[dict[str, Any]] = []
 
     def elicitation(params: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def test_sampling_elicitation_and_roots(connect: Callable[..., mcp.Client]) -> N
     assert "file:///elsewhere" in text_of(client.call_tool("get-roots-list", {}, timeout=TIMEOUT))
 
 
-def test_progress_and_log_messages(connect: Callable[..., mcp.Client]) -> None:
+def test_progress_and_log_messages_of_the_npm_server_reach_the_host(connect: Callable[..., mcp.Client]) -> None:
     client = connect()
     seen: list[dict[str, Any]] = []
     client.call_tool(
@@ -126,7 +128,7 @@ def test_the_server_runs_sampling_and_elicitation_as_client_tasks(connect: Calla
     assert "decline" in declined.lower()
 
 
-def test_resource_templates_and_completion(connect: Callable[..., mcp.Client]) -> None:
+def test_resource_templates_are_listed_and_completion_is_answered(connect: Callable[..., mcp.Client]) -> None:
     client = connect()
     templates = {t["uriTemplate"] for t in client.list_resource_templates(timeout=TIMEOUT)}
     assert "demo://resource/dynamic/text/{resourceId}" in templates
@@ -142,36 +144,47 @@ def test_resource_templates_and_completion(connect: Callable[..., mcp.Client]) -
 @pytest.fixture
 def everything_http(argv: list[str]) -> Iterator[str]:
     """The same server over Streamable HTTP, on a free port; its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proc = subprocess.Popen(
-        [argv[0], argv[1], "streamableHttp"],
-        env={**os.environ, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    listening = threading.Event()
-
-    def read_stderr() -> None:  # drains it to the end, so the server never blocks on it
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "listening on port" in line:
-                listening.set()
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    try:
-        assert listening.wait(TIMEOUT), "server-everything did not start over HTTP"
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(TIMEOUT)
-        reader.join(TIMEOUT)
+    # It takes a port number, not 0: one free now may be taken (by another xdist worker)
+    # before it binds, and then it says so and exits; the next try picks another.
+    for _ in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        proc = subprocess.Popen(
+            [argv[0], argv[1], "streamableHttp"],
+            env={**os.environ, "PORT": str(port)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started: queue.Queue[bool] = queue.Queue()
+        reader = threading.Thread(target=_read_start, args=(proc, started), daemon=True)
+        reader.start()
+        try:
+            if started.get(timeout=TIMEOUT):
+                yield f"http://127.0.0.1:{port}/mcp"
+                return
+        finally:
+            proc.terminate()
+            proc.wait(TIMEOUT)
+            reader.join(TIMEOUT)
+    pytest.fail("server-everything did not start over HTTP")
 
 
-def test_host_requests_and_progress_over_streamable_http(
+def _read_start(proc: subprocess.Popen[str], started: queue.Queue[bool]) -> None:
+    """Puts True once the server listens, False if it ends first; drains stderr to the end,
+    so the server never blocks on it."""
+    assert proc.stderr is not None
+    told = False
+    for line in proc.stderr:
+        if not told and "listening on port" in line:
+            started.put(True)
+            told = True
+    if not told:
+        started.put(False)
+
+
+def test_host_requests_and_progress_work_over_streamable_http(
     everything_http: str, connect: Callable[..., mcp.Client]
 ) -> None:
     client = connect(everything_http, sampling=sampling, roots=ROOTS)

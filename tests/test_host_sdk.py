@@ -76,7 +76,7 @@ def host(request: pytest.FixtureRequest) -> Iterator[Host]:
     client.disconnect()
 
 
-def test_every_host_feature_against_the_sdk_server(host: Host) -> None:
+def test_every_host_feature_works_against_the_sdk_server(host: Host) -> None:
     """One connection per era (a peer start costs seconds): requests, then notifications, then helpers."""
     assert host.client.era == host.era
     # sampling

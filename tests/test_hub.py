@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,28 +11,28 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._api._config import load_config
 from exmcp_actors.testing import FakeServer
+from tests.helpers_transport import refusing_port
 from tests.sdk_helpers import FAST_BACKOFF, PEER_TOOLS, WAIT
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_hub_connects_watches_and_merges_with_a_failing_server(
-    sdk_stdio_argv_legacy: list[str], sdk_http_peer: Any, tmp_path: Path
+    sdk_stdio_argv_legacy: list[str], shared_http_peer: Any, tmp_path: Path
 ) -> None:
+    with refusing_port() as down:
+        _hub_scenario(sdk_stdio_argv_legacy, shared_http_peer, tmp_path, down)
+
+
+def _hub_scenario(sdk_stdio_argv_legacy: list[str], shared_http_peer: Any, tmp_path: Path, down: int) -> None:
     config = {
         "mcpServers": {
             "local": {"command": sdk_stdio_argv_legacy[0], "args": sdk_stdio_argv_legacy[1:], "cwd": str(tmp_path)},
-            "remote": {"url": sdk_http_peer.url, "headers": {"X-Test": "1"}},
-            "down": {"url": f"http://127.0.0.1:{_closed_port()}/mcp"},
+            "remote": {"url": shared_http_peer.url, "headers": {"X-Test": "1"}},
+            "down": {"url": f"http://127.0.0.1:{down}/mcp"},
         }
     }
     path = tmp_path / "servers.json"
     path.write_text(json.dumps(config))
-    with mcp.Hub.from_config(path, backoff=FAST_BACKOFF, connect_timeout=5.0) as hub:
+    with mcp.Hub.from_config(path, backoff=FAST_BACKOFF) as hub:  # a cold SDK child may take seconds
         assert sorted(hub.clients) == ["local", "remote"]
         assert {name: client.name for name, client in hub.clients.items()} == {"local": "local", "remote": "remote"}
         assert list(hub.errors) == ["down"] and isinstance(hub.errors["down"], mcp.ConnectError)
@@ -89,7 +88,7 @@ def test_bad_configs_are_refused_with_a_sentence(config: dict[str, Any], words: 
     assert words in str(raised.value)
 
 
-def test_config_file_errors(tmp_path: Path) -> None:
+def test_a_bad_config_file_raises_config_error_saying_what_is_wrong(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(mcp.ConfigError, match="is not valid JSON"):

@@ -21,7 +21,8 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeServer
-from tests.sdk_helpers import URI_A, URI_B, WAIT, eventually, library_threads, server_stats
+from tests.sdk_helpers import URI_A, URI_B, WAIT, library_threads, server_stats
+from tests.waiting import wait_until
 
 UPDATES = 9_000
 #: How many messages the raising subscriber accepts before it raises.
@@ -119,12 +120,12 @@ def _check_isolation(
     by_thread = client.subscribe_notifications(flt)  # an inbox behind the raising one
     send(UPDATES)
     for sink in good:
-        eventually(lambda sink=sink: sink.updates() == UPDATES, what="every update reaching each good subscriber")
+        wait_until(lambda sink=sink: sink.updates() == UPDATES, what="every update reaching each good subscriber")
     got = 0
     while got < UPDATES:
         assert by_thread.get(timeout=WAIT)[0] == "ex_mcp_notification"
         got += 1
-    eventually(wire_unsubscribed, what="resources/unsubscribe of the raising listener's own URI")
+    wait_until(wire_unsubscribed, what="resources/unsubscribe of the raising listener's own URI")
     assert bad.calls == FAILS_AT, "put() was called again after it raised"
     assert len(_failures(caplog)) == 1
     assert _failures(caplog)[0].exc_info is not None, "the failure is logged with the exception"
@@ -169,11 +170,11 @@ def test_a_raising_actor_free_client_never_dies_and_a_new_put_subscriber_works(
     bad.calls = FAILS_AT  # raises at once
     client.subscribe_notifications({"toolsListChanged": True}, subscriber=bad)
     server.list_changed("tools")
-    eventually(lambda: client._inspect()["entries"] == 0, what="the raising listener's removal")
+    wait_until(lambda: client._inspect()["entries"] == 0, what="the raising listener's removal")
     fresh = Counting()
     client.subscribe_notifications({"toolsListChanged": True}, subscriber=fresh)
     server.list_changed("tools")
-    eventually(lambda: fresh.updates() == 1, what="delivery to a new subscriber")
+    wait_until(lambda: fresh.updates() == 1, what="delivery to a new subscriber")
     assert bad.calls == FAILS_AT + 1
 
 
@@ -189,7 +190,7 @@ def test_a_handle_whose_subscriber_thread_died_ends(client: mcp.Client, server: 
     thread.start()
     listener = made.get(timeout=WAIT)
     server.list_changed("tools")
-    eventually(lambda: listener.pending() == 1, what="the notification in the inbox")
+    wait_until(lambda: listener.pending() == 1, what="the notification in the inbox")
     go.set()
     thread.join(WAIT)
     # Iteration yields what arrived before the death, then stops (it used to block forever).
@@ -212,7 +213,7 @@ def test_no_new_delivery_starts_after_unsubscribe_returns(client: mcp.Client, se
     assert gate.blocked.wait(WAIT)
     listener.unsubscribe(timeout=1.0)  # returns although put() is blocked
     gate.release.set()
-    eventually(lambda: client._inspect()["proxies"] == 0, what="the proxy's end")
+    wait_until(lambda: client._inspect()["proxies"] == 0, what="the proxy's end")
     assert gate.started == 1, f"{gate.started - 1} deliveries started after unsubscribe() returned"
 
 
@@ -225,7 +226,7 @@ def test_no_new_delivery_starts_after_cancel_returns_but_its_closing_message(har
     assert gate.blocked.wait(WAIT)
     subscription.cancel(timeout=1.0)
     gate.release.set()
-    eventually(lambda: any(item[0] == "ex_mcp_subscription_closed" for item in gate.items), what="the closing message")
+    wait_until(lambda: any(item[0] == "ex_mcp_subscription_closed" for item in gate.items), what="the closing message")
     assert [item[0] for item in gate.items] == ["ex_mcp_subscription", "ex_mcp_subscription_closed"]
 
 
@@ -249,13 +250,13 @@ def test_a_put_blocked_forever_holds_up_neither_unsubscribe_nor_disconnect(serve
     started = time.monotonic()
     stuck.unsubscribe(timeout=0.5)
     assert time.monotonic() - started < 0.5
-    eventually(lambda: other_gate.started == 500, what="the other subscriber's deliveries")
+    wait_until(lambda: other_gate.started == 500, what="the other subscriber's deliveries")
     started = time.monotonic()
     client.disconnect(timeout=0.5)
     assert time.monotonic() - started < 0.5 + 1.0  # its timeout, plus scheduling slack on a slow machine
     assert other_gate.items[-1] == ("ex_mcp_notification_closed", other, "disconnected")
     gate.release.set()
-    eventually(lambda: {t for t in library_threads() if t.is_alive()} <= before, what="the library's threads ending")
+    wait_until(lambda: {t for t in library_threads() if t.is_alive()} <= before, what="the library's threads ending")
     assert gate.started == 1, "the backlog was delivered after it was released"
 
 
@@ -267,7 +268,7 @@ def test_a_put_blocked_at_disconnect_gets_no_backlog_and_no_closing_message_late
     assert gate.blocked.wait(WAIT)
     client.disconnect(timeout=0.3)
     gate.release.set()
-    eventually(lambda: not any(t.name.startswith("SubscriberProxy") for t in library_threads()), what="proxy end")
+    wait_until(lambda: not any(t.name.startswith("SubscriberProxy") for t in library_threads()), what="proxy end")
     assert gate.started == 1, "deliveries started after disconnect() returned"
 
 
@@ -372,7 +373,7 @@ def test_an_unread_inbox_of_signals_stays_bounded_and_keeps_the_latest_signal_pe
     wave = [_updated(URI_A), _updated(URI_B), tools] * 500
     for _ in range(SIGNALS // len(wave)):
         server.send_batch(wave)
-    eventually(lambda: counter.updates() == SIGNALS // len(wave) * len(wave), what="the client handling every signal")
+    wait_until(lambda: counter.updates() == SIGNALS // len(wave) * len(wave), what="the client handling every signal")
     # At most the bound, plus one signal per key queued at the bound; nothing closed it.
     assert 1_000 <= stalled.pending() <= 1_000 + 3
     messages = [stalled.get(timeout=WAIT) for _ in range(stalled.pending())]
@@ -400,7 +401,7 @@ def test_bytes_per_pending_message_and_an_unread_inbox_stops_growing_at_its_boun
     client.subscribe_notifications({"resourceSubscriptions": [URI_A]}, subscriber=counter)
     for _ in range(3):
         server.send_batch([_updated(URI_A)] * bound)
-    eventually(lambda: counter.count == 3 * bound, what="every message handled")
+    wait_until(lambda: counter.count == 3 * bound, what="every message handled")
     assert stalled.pending() == bound + 1
 
     # The memory of one inbox, as the client fills it (a decoded frame in a Notification tuple).
@@ -447,10 +448,10 @@ def test_a_non_signal_past_the_bound_closes_a_put_listener_with_overflow_and_rel
     assert gate.blocked.wait(WAIT)
     server.send_batch([tools] * 10)  # 3 wait, one more (a key queued at the bound), the rest coalesced
     server.drop()  # the reconnect's Reconnected is no change signal: past the bound, it overflows
-    eventually(lambda: server.count("resources/unsubscribe", uri=URI_A) == 1, what="the release of its URI")
+    wait_until(lambda: server.count("resources/unsubscribe", uri=URI_A) == 1, what="the release of its URI")
     assert client._inspect()["entries"] == 0
     gate.release.set()
-    eventually(lambda: gate.items and gate.items[-1][0] == "ex_mcp_notification_closed", what="the closing message")
+    wait_until(lambda: gate.items and gate.items[-1][0] == "ex_mcp_notification_closed", what="the closing message")
     assert gate.items[-1] == ("ex_mcp_notification_closed", listener, ("overflow", 3))
     assert [item[0] for item in gate.items[:-1]] == ["ex_mcp_notification"] * 5
     with pytest.raises(mcp.ListenerNotFound):
@@ -463,7 +464,7 @@ def test_made_up_uris_past_twice_the_bound_close_a_subscription_with_overflow(ha
     subscription = client.listen({"resourceSubscriptions": [base]}, max_pending=50)
     for i in range(200):  # sub-resources: each a new key, as a hostile server could make up
         server.event(subscription.subscription_id, "notifications/resources/updated", {"uri": f"{base}/{i}"})
-    eventually(lambda: not server.open_listens(), what="the subscription's end on the wire")
+    wait_until(lambda: not server.open_listens(), what="the subscription's end on the wire")
     messages = list(subscription)
     assert messages[-1] == ("ex_mcp_subscription_closed", subscription, ("overflow", 50))
     assert len(messages) == 100 + 1

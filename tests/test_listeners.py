@@ -7,10 +7,12 @@ transport, which is where races and failures are injected.
 
 Conventions:
 - Nothing sleeps: tests wait on queues, events, ``server.wait_for(...)`` or
-  a bounded condition poll (:func:`eventually`).
-- "Nothing happens" is asserted with a short timeout (``QUIET``) *after* a
-  positive sync point, typically a marker notification that is delivered
-  after the one that must not be.
+  a bounded condition poll (:func:`~tests.waiting.wait_until`).
+- "Nothing more arrives" is asserted with a marker (:func:`assert_quiet`): the
+  server sends a notification the listener takes, behind what must not arrive;
+  messages to one subscriber keep wire order, so it must come next. Only where
+  no path is left for a marker (the listener is closed) is a short wait kept
+  (``QUIET``, :func:`assert_nothing_after_closed`).
 - ``client._inspect()`` asks the client actor and then the refcount worker,
   so a call to it is also a sync point with everything told to them before.
 """
@@ -22,6 +24,7 @@ import itertools
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -36,10 +39,10 @@ from exmcp_actors._runtime import _subscriber_proxy
 from exmcp_actors._runtime._client_actor import ClientActor, InspectClient
 from exmcp_actors._runtime._monitor import settle_all
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
-from tests.sdk_helpers import eventually
+from tests.waiting import assert_next_is_marker, wait_until
 
 TIMEOUT = 5.0
-#: How long "nothing more arrives" is watched for, after a positive sync point.
+#: Where no marker can travel (the listener is closed), how long "nothing more arrives" is watched.
 QUIET = 0.2
 BACKOFF = mcp.Backoff(initial=0.01, maximum=0.05)
 
@@ -190,22 +193,57 @@ def getter(source: Any) -> Getter:
     return lambda timeout: source.get(timeout=timeout)
 
 
-def assert_quiet(source: Any) -> None:
-    """Nothing more arrives (watched for QUIET seconds).
+_marks = itertools.count(1)
 
-    A closed listener's inbox is finished, so its ``get`` gives up at once; tests that close
-    listeners also check ``pending() == 0`` at the end, after the QUIET waits of other sources.
+
+def marker_for(flt: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A notification a listener with filter ``flt`` takes: a list change of an enabled
+    category, else an update of its first URI."""
+    for category, method in (
+        ("toolsListChanged", TOOLS_CHANGED),
+        ("promptsListChanged", PROMPTS_CHANGED),
+        ("resourcesListChanged", RESOURCES_CHANGED),
+    ):
+        if flt.get(category):
+            return method, {}
+    return UPDATED, {"uri": flt["resourceSubscriptions"][0]}
+
+
+def assert_quiet(server: FakeServer, *sources: Any, marker: tuple[str, dict[str, Any]] | None = None) -> None:
+    """Nothing more arrives at any of ``sources`` (listeners, or queues of put/actor subscribers).
+
+    The server sends one marker now, behind everything it sent so far; messages to one
+    subscriber keep wire order, so each source's next message must be that marker.
+    ``marker`` is a notification each source takes exactly once (default: one the first
+    source's listener takes).
     """
-    with pytest.raises(queue.Empty):
-        extra = getter(source)(QUIET)
-        pytest.fail(f"unexpected message: {extra!r}")  # pragma: no cover - only on failure
+    method, params = marker if marker is not None else marker_for(sources[0].filter)
+    mark = next(_marks)
+    server.notify(method, {**params, "marker": mark})
+
+    def is_marker(message: Any) -> bool:
+        return isinstance(message, mcp.Notification) and message.params.get("marker") == mark
+
+    for source in sources:
+        assert_next_is_marker(getter(source), is_marker)
 
 
 def assert_inboxes_stayed_empty(sources: list[Any]) -> None:
-    """After other QUIET waits: nothing landed late in any listener inbox."""
+    """After a marker that travelled the same path: nothing landed in any listener inbox."""
     for source in sources:
         if isinstance(source, mcp.Listener):
             assert source.pending() == 0, source
+
+
+def assert_nothing_after_closed(sources: list[Any]) -> None:
+    """Nothing follows the Closed each source got. A closed listener's inbox is finished: it
+    must be empty now. No marker can reach a queue whose listener is gone, so the queues are
+    watched for QUIET seconds, all in one wait."""
+    assert_inboxes_stayed_empty(sources)
+    queues = [source for source in sources if not isinstance(source, mcp.Listener)]
+    if queues:
+        time.sleep(QUIET)  # no path is left for a marker: a bounded wait
+        assert [q.qsize() for q in queues] == [0] * len(queues), [list(q.queue) for q in queues]
 
 
 def expect_closed(source: Any, listener: mcp.Listener, check: Callable[[Any], bool]) -> Any:
@@ -215,7 +253,6 @@ def expect_closed(source: Any, listener: mcp.Listener, check: Callable[[Any], bo
     assert message.tag == CLOSED
     assert message.listener is listener
     assert check(message.reason), message.reason
-    assert_quiet(source)
     return message.reason
 
 
@@ -280,7 +317,7 @@ def reconnecting_client(harness: Harness, server: FakeServer) -> mcp.Client:
     client = harness.client(server)
     server.refuse(hang=True)
     server.drop()
-    eventually(lambda: client.status == "reconnecting", what="status reconnecting")
+    wait_until(lambda: client.status == "reconnecting", what="status reconnecting")
     return client
 
 
@@ -386,7 +423,7 @@ def test_a_disabled_category_in_the_filter_is_not_delivered(client: mcp.Client, 
     server.list_changed("tools")  # the marker
     message = listener.get(timeout=TIMEOUT)
     assert (message.method, message.params) == (TOOLS_CHANGED, {})
-    assert_quiet(listener)
+    assert_quiet(server, listener)
 
 
 # --------------------------------------------------------------------------- Registration
@@ -401,7 +438,7 @@ def test_registering_while_reconnecting_raises_not_connected(harness: Harness) -
     assert caught.value.reason == "not_connected"
     assert wire_count(server) == before
     server.accept()
-    eventually(lambda: client.status == "ready", what="reconnected")
+    wait_until(lambda: client.status == "ready", what="reconnected")
     assert_no_leak(client, proxies=0)
     assert server.count("resources/subscribe") == 0
 
@@ -585,13 +622,14 @@ def test_wire_subscribes_and_unsubscribes_of_one_client_run_one_at_a_time(
     slow = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [SLOW]}, subscriber=main), "slow")
     server.wait_for("resources/subscribe", uri=SLOW)
     other = Call(lambda: client.subscribe_notifications({"resourceSubscriptions": [B]}, subscriber=main), "other")
-    eventually(lambda: turn.waiting == 1, what="the other registration waits for the wire turn")
+    wait_until(lambda: turn.waiting == 1, what="the other registration waits for the wire turn")
     release_c = Call(holder_c.unsubscribe, "release-c")  # its release queues behind the held subscribe
-    eventually(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
-    eventually(lambda: turn.waiting == 2, what="its release waits for the wire turn on its own thread")
-    # The fake would answer B at once (concurrent handler): if it is not on the wire, nobody sent it.
-    with pytest.raises(AssertionError):
-        server.wait_for("resources/subscribe", QUIET, uri=B)
+    wait_until(lambda: actor_state(client)["entries"] == 0, what="the C listener was removed")
+    wait_until(lambda: turn.waiting == 2, what="its release waits for the wire turn on its own thread")
+    # A marker request behind anything the client sent so far: once it is answered, the
+    # server has received everything before it, and B's subscribe is not among it.
+    client.request("ping", timeout=TIMEOUT)
+    assert server.count("resources/subscribe", uri=B) == 0
     assert server.count("resources/unsubscribe", uri=C) == 0
     gate.open()
     slow_listener = slow.result()
@@ -663,7 +701,7 @@ def test_a_subscriber_whose_death_was_noticed_during_acquisition_fails_and_leaks
     server.wait_for("resources/subscribe", uri=SLOW)
     subscriber.end()
     # The client has seen the death (its proxy is gone) before the subscribe answers.
-    eventually(lambda: actor_state(client)["proxies"] == 1, what="the dead subscriber's proxy stopped")
+    wait_until(lambda: actor_state(client)["proxies"] == 1, what="the dead subscriber's proxy stopped")
     gate.open()
     with pytest.raises(mcp.SubscriberNotAlive):
         call.result()
@@ -750,7 +788,7 @@ def test_a_subscriber_exit_racing_a_new_listener_leaves_the_uri_subscribed_for_i
                 ender.start()
                 new.append(new_call.result())
             ender.join(TIMEOUT)
-    eventually(lambda: actor_state(client)["entries"] == len(uris), what="every old listener removed")
+    wait_until(lambda: actor_state(client)["entries"] == len(uris), what="every old listener removed")
     assert counts(client) == dict.fromkeys(uris, 1)
     for uri in uris:
         _assert_paired(server, uri, held=True)
@@ -798,7 +836,7 @@ def test_the_filter_is_authoritative_for_what_is_delivered(client: mcp.Client, s
     second = q.get(timeout=TIMEOUT)
     assert (first.listener, first.method, first.params) == (listener, UPDATED, {"uri": A, "marker": 1})
     assert (second.listener, second.method, second.params) == (listener, TOOLS_CHANGED, {})
-    assert_quiet(q)
+    assert_quiet(server, q, marker=marker_for(listener.filter))
 
 
 def test_a_category_only_listener_never_gets_resource_updates(client: mcp.Client, server: FakeServer) -> None:
@@ -810,8 +848,8 @@ def test_a_category_only_listener_never_gets_resource_updates(client: mcp.Client
     assert uris.get(timeout=TIMEOUT).params == {"uri": A}
     server.list_changed("resources")
     assert categories.get(timeout=TIMEOUT).method == RESOURCES_CHANGED
-    assert_quiet(categories)
-    assert_quiet(uris)
+    assert_quiet(server, categories)
+    assert_quiet(server, uris)
 
 
 def test_a_subscriber_with_several_matching_listeners_gets_one_message_per_listener(
@@ -833,7 +871,7 @@ def test_a_subscriber_with_several_matching_listeners_gets_one_message_per_liste
     server.updated(B)  # the marker: one listener only
     marker = q.get(timeout=TIMEOUT)
     assert (marker.listener, marker.params) == (a_and_tools, {"uri": B})
-    assert_quiet(q)
+    assert_quiet(server, q, marker=(UPDATED, {"uri": B}))  # a_and_tools alone takes it
 
 
 def test_several_listeners_of_one_thread_each_get_the_notification_in_their_own_inbox(
@@ -846,8 +884,7 @@ def test_several_listeners_of_one_thread_each_get_the_notification_in_their_own_
     assert first.get(timeout=TIMEOUT).listener is first
     assert second.get(timeout=TIMEOUT).params == {"uri": A}
     assert second.get(timeout=TIMEOUT).method == TOOLS_CHANGED
-    assert_quiet(first)
-    assert_quiet(second)
+    assert_quiet(server, first, second, marker=(UPDATED, {"uri": A}))  # one marker both take
 
 
 @pytest.mark.parametrize("kind", ["queue", "actor", "thread"])
@@ -892,7 +929,7 @@ def test_messages_to_one_subscriber_keep_wire_order(client: mcp.Client, server: 
             server.send(frame())
     got = [getter(source)(TIMEOUT) for _ in range(len(sent))]
     assert [(m.method, m.params["seq"]) for m in got] == sent
-    assert_quiet(source)
+    assert_quiet(server, source, marker=(UPDATED, {"uri": C}))  # one listener of the source takes C
 
 
 def test_dispatch_cost_grows_with_matching_listeners_not_with_all_listeners(
@@ -954,7 +991,7 @@ def test_a_notification_stamped_with_a_modern_subscription_id_never_reaches_a_le
     server.notify(UPDATED, {"uri": A, "_meta": {"other": 1}})  # the marker: _meta without a stamp
     marker = listener.get(timeout=TIMEOUT)
     assert (marker.method, marker.params) == (UPDATED, {"uri": A, "_meta": {"other": 1}})
-    assert_quiet(listener)
+    assert_quiet(server, listener)
 
 
 def test_direct_subscribe_and_unsubscribe_resource_are_not_refcounted_with_listeners(
@@ -1006,7 +1043,7 @@ def test_an_explicit_unsubscribe_resource_silences_listeners_on_that_uri(
     server.list_changed("tools")  # the marker
     assert listener.get(timeout=TIMEOUT).params == {"uri": B}
     assert listener.get(timeout=TIMEOUT).method == TOOLS_CHANGED
-    assert_quiet(listener)
+    assert_quiet(server, listener)
 
 
 # --------------------------------------------------------------------------- Lifecycle
@@ -1056,13 +1093,14 @@ def test_a_listener_is_removed_and_unsubscribed_within_a_second_when_its_thread_
     assert wire_ops(server, A) == ["subscribe", "unsubscribe"]
     assert wire_ops(server, B) == ["subscribe"]
     assert_no_leak(client, entries=1, proxies=1)
-    # They receive nothing any more; the keeper does (the marker).
+    # They receive nothing any more; the keeper does (the marker). Their subscriber is gone, so
+    # no marker can travel their path: they were removed before the server sent anything (the
+    # sync point above), and once the keeper's marker is read their inboxes must be empty.
     server.list_changed("tools")
     server.updated(A)
     server.updated(B)
     assert keeper.get(timeout=TIMEOUT).params == {"uri": B}
-    assert_quiet(listener)
-    assert_quiet(second)
+    assert_inboxes_stayed_empty([listener, second])
 
 
 def test_a_listener_is_removed_and_unsubscribed_within_a_second_when_its_actor_stops(
@@ -1109,12 +1147,13 @@ def test_unsubscribing_twice_raises_listener_not_found(client: mcp.Client, serve
     with pytest.raises(mcp.ListenerNotFound):
         listener.unsubscribe()
     assert wire_ops(server, A) == ["subscribe", "unsubscribe"]
-    # Unsubscribing stops delivery: the marker reaches only a second listener.
+    # Unsubscribing stops delivery: the marker reaches only a second listener of the same
+    # subscriber (this thread), so by the time it is read an update for A would be in the first.
     marker = client.subscribe_notifications({"toolsListChanged": True})
     server.updated(A)
     server.list_changed("tools")
     assert marker.get(timeout=TIMEOUT).method == TOOLS_CHANGED
-    assert_quiet(listener)
+    assert_inboxes_stayed_empty([listener])
 
 
 def test_unsubscribing_a_listener_closed_by_the_client_raises_listener_not_found(harness: Harness) -> None:
@@ -1184,7 +1223,7 @@ def test_disconnect_closes_every_listener_once_with_disconnected_and_sends_no_un
         expect_closed(source, listener, lambda reason: reason == "disconnected")
     assert server.count("resources/unsubscribe") == 0
     assert client.status == "disconnected"
-    assert_inboxes_stayed_empty(sources)
+    assert_nothing_after_closed(sources)
     holder.end()
 
 
@@ -1196,7 +1235,7 @@ def test_stopping_the_client_actor_closes_every_listener_with_shutdown(client: m
             source, listener, lambda reason: isinstance(reason, tuple) and len(reason) == 2 and reason[0] == "shutdown"
         )
     assert client.status == "disconnected"
-    assert_inboxes_stayed_empty(sources)
+    assert_nothing_after_closed(sources)
     holder.end()
 
 
@@ -1211,7 +1250,7 @@ def test_a_transport_closed_without_reconnect_closes_listeners_with_transport_cl
         expect_closed(source, listener, lambda reason: reason == ("transport_closed", "peer went away"))
     assert client.status == "disconnected"
     assert server.connections == 1
-    assert_inboxes_stayed_empty(sources)
+    assert_nothing_after_closed(sources)
     holder.end()
 
 
@@ -1234,7 +1273,7 @@ def test_giving_up_reconnecting_closes_listeners_with_reconnect_exhausted(harnes
         )
     assert client.status == "disconnected"
     assert server.open_attempts == 1 + 2
-    assert_inboxes_stayed_empty(sources)
+    assert_nothing_after_closed(sources)
     holder.end()
 
 
@@ -1256,9 +1295,7 @@ def test_a_peer_that_turns_modern_after_a_reconnect_closes_listeners_with_era_ch
     server.updated(A)
     with pytest.raises(mcp.UseListen):
         client.subscribe_notifications({"toolsListChanged": True})
-    for source in sources:
-        assert_quiet(source)
-    assert_inboxes_stayed_empty(sources)
+    assert_nothing_after_closed(sources)
     holder.end()
 
 
@@ -1290,7 +1327,7 @@ def test_a_crashing_client_actor_closes_every_listener_with_crashed(
     with pytest.raises(mcp.NotConnected):
         client.subscribe_notifications({"toolsListChanged": True})
     client.unsubscribe_notifications(listeners[0])  # a no-op on the dead client
-    assert_inboxes_stayed_empty(sources)
+    assert_nothing_after_closed(sources)
     holder.end()
 
 
@@ -1386,10 +1423,10 @@ def test_a_registration_whose_activation_times_out_leaves_no_orphan_listener(
     server.off("resources/subscribe")
     server.wait_for("resources/unsubscribe", uri=A)
     server.list_changed("tools")
-    marker = client.subscribe_notifications({"promptsListChanged": True})
+    # The marker listener has the same subscriber: the tools change would reach the sink first.
+    marker = client.subscribe_notifications({"promptsListChanged": True}, subscriber=sink)
     server.list_changed("prompts")
-    assert marker.get(timeout=TIMEOUT).method == PROMPTS_CHANGED
-    assert_quiet(sink)
+    assert_next_is_marker(getter(sink), lambda m: m.listener is marker and m.method == PROMPTS_CHANGED)
     assert_no_leak(client, entries=1, proxies=1)
 
 
@@ -1464,7 +1501,7 @@ def test_frames_behind_one_the_client_actor_must_handle_wait_for_it_in_wire_orde
     server.notify(TOOLS_CHANGED, {"n": 3})
     assert listener.get(timeout=TIMEOUT).params == {"n": 1}
     # Both later reads are queued on the parked actor, so the reader has handled them.
-    eventually(lambda: client._ref.actor_inbox.qsize() >= 2, what="two frame batches queued on the actor")
+    wait_until(lambda: client._ref.actor_inbox.qsize() >= 2, what="two frame batches queued on the actor")
     assert listener.pending() == 0
     release.set()
     assert [listener.get(timeout=TIMEOUT).params for _ in range(2)] == [{"n": 2}, {"n": 3}]
@@ -1562,8 +1599,7 @@ def test_each_subscriber_kind_receives_its_messages_where_the_api_says(client: m
     assert by_thread.get(timeout=TIMEOUT).listener is by_thread  # the listener's inbox, too
     assert actor_sink.get(timeout=TIMEOUT).listener is by_actor  # the actor's on_receive
     assert put_sink.get(timeout=TIMEOUT).listener is by_put  # put()
-    for source in (default, by_thread, actor_sink, put_sink):
-        assert_quiet(source)
+    assert_quiet(server, default, by_thread, actor_sink, put_sink)
     holder.end()
 
 

@@ -5,7 +5,7 @@ The contract is /work/shared/design (API.md "Modern subscriptions", BEHAVIOUR.md
 SDK server (tests/peers); wire-level edge cases use ``exmcp_actors.testing.FakeServer``.
 
 Every wait is bounded: ``get(timeout=...)``, ``FakeServer.wait_for``, or
-``eventually`` polling a real server's ``stats`` tool.
+``wait_until`` polling a real server's ``stats`` tool.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, SUBSCRIPTION_ID_KEY, FakeConnection, FakeError, FakeServer
 from tests.peers.launch import Peer
+from tests.waiting import assert_next_is_marker, wait_until
 
 MODERN = "2026-07-28"
 WAIT = 10.0  # bound for anything that should happen "soon"
-QUIET = 0.3  # how long "nothing arrives" is awaited
+QUIET = 0.3  # where no marker can travel, how long "nothing arrives" is awaited
+PEER_POLL = 0.05  # seconds between two looks at a real peer's stats
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
 #: Fast backoff, and enough attempts to outlast a real peer's restart on a loaded machine.
 RECONNECT: dict[str, Any] = {"backoff": FAST, "max_reconnect_attempts": 1000}
@@ -56,16 +58,6 @@ TRANSPORTS = ["stdio", "ws", "http"]
 # --------------------------------------------------------------------------- helpers
 
 
-def eventually(check: Callable[[], bool], timeout: float = WAIT, every: float = 0.05) -> None:
-    """Poll ``check`` (e.g. a real server's stats) until it holds; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition {check!r} did not hold within {timeout}s")
-        pause.wait(every)
-
-
 def next_message(handle: Any, timeout: float = WAIT) -> Any:
     """The next message in a handle's inbox, failing the test (not hanging) if none comes."""
     try:
@@ -74,8 +66,15 @@ def next_message(handle: Any, timeout: float = WAIT) -> Any:
         raise AssertionError(f"{handle!r} received nothing within {timeout}s") from None
 
 
+def assert_next(source: Any, marker: Any) -> None:
+    """Nothing came before the marker the test had sent behind what must not arrive (on the
+    same subscription, so in the same order): ``marker`` is ``source``'s next message."""
+    assert_next_is_marker(lambda timeout: source.get(timeout=timeout), lambda message: message == marker)
+
+
 def assert_nothing_arrives(source: Any, timeout: float = QUIET) -> None:
-    """``source`` (a handle or a queue) stays empty for ``timeout`` seconds."""
+    """``source`` (a handle or a queue) stays empty for ``timeout`` seconds: only where no marker
+    can travel its path."""
     try:
         message = source.get(timeout=timeout)
     except queue.Empty:
@@ -151,32 +150,21 @@ def fresh_server(request: pytest.FixtureRequest, kind: str, era: str) -> RealSer
 
 
 class SharedPeers:
-    """ws/http peers started once for the module, for tests that neither kill them nor count on
-    server-wide counters (starting a peer costs seconds)."""
+    """The session's long-lived ws/http peers (conftest ``peer_pool``), for tests that neither kill
+    them nor count on server-wide counters (starting a peer costs seconds)."""
 
-    def __init__(self) -> None:
-        self._peers: dict[tuple[str, str], Peer] = {}
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
 
     def server(self, request: pytest.FixtureRequest, kind: str, era: str) -> RealServer:
         if kind == "stdio":
             return fresh_server(request, kind, era)
-        peer = self._peers.get((kind, era))
-        if peer is None or not peer.running:
-            peer = self._peers[(kind, era)] = Peer(kind, era).start()
-        return RealServer(kind, era, peer=peer)
-
-    def stop(self) -> None:
-        for peer in self._peers.values():
-            peer.stop()
+        return RealServer(kind, era, peer=self._pool.peer(kind, era))
 
 
-@pytest.fixture(scope="module")
-def shared_peers() -> Iterator[SharedPeers]:
-    peers = SharedPeers()
-    try:
-        yield peers
-    finally:
-        peers.stop()
+@pytest.fixture
+def shared_peers(peer_pool: Any) -> SharedPeers:
+    return SharedPeers(peer_pool)
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -470,7 +458,8 @@ def test_events_a_real_server_pushes_outside_the_filter_are_never_delivered(
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": A})
     notify(client, "tools")
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    notify(client, "tools")  # the marker
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {}))
 
 
 def test_a_real_server_closing_the_listen_closes_the_subscription_with_its_result(
@@ -487,8 +476,10 @@ def test_a_real_server_closing_the_listen_closes_the_subscription_with_its_resul
     assert how == "complete"
     assert result.get("resultType", "complete") == "complete"
     assert result["_meta"][SUBSCRIPTION_ID_KEY] == listen_id
+    keeper = client.listen({"toolsListChanged": True})  # the same subscriber: this thread
     notify(client, "tools")
-    assert_nothing_arrives(sub)
+    assert next_message(keeper) == ("ex_mcp_subscription", keeper, TOOLS_CHANGED, {})
+    assert sub.pending() == 0  # the change reached the keeper, and not the closed subscription
     with pytest.raises(mcp.ListenerNotFound):
         sub.cancel()
 
@@ -507,14 +498,14 @@ def test_cancel_ends_the_listen_on_a_real_server(
     assert listen_id in peer_stats(client)["listen_ids"]
     sub.cancel()
     assert next_message(sub) == ("ex_mcp_subscription_closed", sub, "cancelled")
-    eventually(lambda: listen_ended(client, listen_id))
+    wait_until(lambda: listen_ended(client, listen_id), every=PEER_POLL)
     stats = peer_stats(client)
     assert keeper.subscription_id in stats["listen_ids"]  # only that listen ended
     assert [e["how"] for e in stats["listens_ended"] if e["id"] == listen_id] == ["cancelled"]
     notify(client, "tools")
     notify(client, "prompts")
     assert next_message(keeper) == ("ex_mcp_subscription", keeper, PROMPTS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    assert sub.pending() == 0  # the keeper (the same subscriber) got its marker; sub got nothing
 
 
 # =========================================================================== listen: fake peer
@@ -542,7 +533,8 @@ def test_events_outside_a_narrower_acknowledgment_are_never_delivered(
     modern_fake.event(listen_id, TOOLS_CHANGED, {})
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": A})
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    modern_fake.event(listen_id, TOOLS_CHANGED, {"marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 1}))
 
 
 def test_event_params_lose_only_the_subscription_id_stamp(
@@ -564,7 +556,8 @@ def test_updates_of_sub_resources_of_a_subscribed_uri_are_delivered(
     modern_fake.event(sub.subscription_id, UPDATED, {"uri": "file:///dir"})
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": "file:///dir/x.txt"})
     assert next_message(sub) == ("ex_mcp_subscription", sub, UPDATED, {"uri": "file:///dir"})
-    assert_nothing_arrives(sub)
+    modern_fake.event(sub.subscription_id, UPDATED, {"uri": "file:///dir", "marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, UPDATED, {"uri": "file:///dir", "marker": 1}))
 
 
 def test_a_wider_acknowledgment_is_rejected_and_the_listen_is_cancelled(
@@ -612,7 +605,8 @@ def test_events_for_unknown_subscription_ids_are_dropped(
     modern_fake.event("listen-nobody", TOOLS_CHANGED, {}, connection=1)
     modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {})
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
-    assert_nothing_arrives(sub)
+    modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {"marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 1}))
     assert client.status == "ready"
 
 
@@ -649,11 +643,13 @@ def test_events_before_the_acknowledgment_are_delivered_after_it_only_inside_it(
     opener.start()
     try:
         modern_fake.wait_for("subscriptions/listen")
-        eventually(
+        wait_until(
             lambda: sum(1 for _, m in modern_fake.sent if isinstance(m, dict) and m.get("method") == TOOLS_CHANGED) == 1
         )
         barrier(modern_fake)  # the client has handled the four early events
-        assert_nothing_arrives(inbox)  # nothing is delivered before the acknowledgment
+        # Nothing is delivered before the acknowledgment. No marker can travel here: the client
+        # holds everything of a listen until its acknowledgment, a marker too.
+        assert_nothing_arrives(inbox)
         assert "sub" not in outcome
     finally:
         gate.set()
@@ -664,7 +660,8 @@ def test_events_before_the_acknowledgment_are_delivered_after_it_only_inside_it(
     assert inbox.get(timeout=WAIT) == ("ex_mcp_subscription", sub, UPDATED, {"uri": A})
     assert inbox.get(timeout=WAIT) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {})
     assert inbox.get(timeout=WAIT) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": True})
-    assert_nothing_arrives(inbox)
+    modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {"marker": 2})
+    assert_next(inbox, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 2}))
 
 
 def test_a_listen_with_no_acknowledgment_times_out_and_is_cancelled_on_the_wire(
@@ -796,7 +793,7 @@ def test_a_subscriber_thread_that_ends_cancels_its_subscriptions_on_the_wire(
     assert set(opened) == {"tools", "uris"}
     for sub in opened.values():
         modern_fake.wait_for(CANCELLED, requestId=sub.subscription_id, timeout=WAIT)
-    eventually(lambda: client._inspect()["subscriptions"] == 0)
+    wait_until(lambda: client._inspect()["subscriptions"] == 0)
     settle(client)
     assert modern_fake.open_listens() == []
 
@@ -852,8 +849,10 @@ def test_events_reach_only_the_subscription_whose_id_they_carry(
     modern_fake.event(second.subscription_id, TOOLS_CHANGED, {"for": "second"})
     assert next_message(first) == ("ex_mcp_subscription", first, TOOLS_CHANGED, {"for": "first"})
     assert next_message(second) == ("ex_mcp_subscription", second, TOOLS_CHANGED, {"for": "second"})
-    assert_nothing_arrives(first)
-    assert_nothing_arrives(second)
+    modern_fake.event(first.subscription_id, TOOLS_CHANGED, {"marker": "first"})
+    modern_fake.event(second.subscription_id, TOOLS_CHANGED, {"marker": "second"})
+    assert_next(first, ("ex_mcp_subscription", first, TOOLS_CHANGED, {"marker": "first"}))
+    assert_next(second, ("ex_mcp_subscription", second, TOOLS_CHANGED, {"marker": "second"}))
 
 
 def test_a_peer_that_comes_back_legacy_closes_subscriptions_with_era_changed(
@@ -963,8 +962,8 @@ def test_events_during_the_snapshot_are_delivered_after_complete_in_order(
     modern_fake.event(new_id, UPDATED, {"uri": B, "n": 3})  # outside: dropped even when held
     modern_fake.event(new_id, UPDATED, {"uri": A, "n": 4})
     barrier(modern_fake)
-    assert_nothing_arrives(sub)  # held until the snapshot completes
     gate.set()
+    # Held until the snapshot completes: its "complete" is the next message, nothing before it.
     how, snapshot = next_message(sub).state
     assert how == "complete"
     assert snapshot["tools"] == []
@@ -1050,7 +1049,8 @@ def test_events_sent_before_the_relisten_acknowledgment_follow_the_snapshot(
     )
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"n": 1})
     assert next_message(sub) == ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"n": 3})
-    assert_nothing_arrives(sub)
+    modern_fake.event(sub.subscription_id, TOOLS_CHANGED, {"marker": 1})
+    assert_next(sub, ("ex_mcp_subscription", sub, TOOLS_CHANGED, {"marker": 1}))
 
 
 def test_events_for_the_old_listen_id_are_dropped_after_a_resync(
@@ -1100,7 +1100,11 @@ def run_watch_scenario(client: mcp.Client) -> list[tuple[Any, ...]]:
     notify(client, "resource_updated", A, count=2)
     messages = [next_message(watch) for _ in range(4)]
     assert all(isinstance(message, mcp.Notification) and message.listener is watch for message in messages)
-    assert_nothing_arrives(watch)
+    notify(client, "tools")  # the marker
+    assert_next_is_marker(
+        lambda timeout: watch.get(timeout=timeout),
+        lambda message: isinstance(message, mcp.Notification) and message.method == TOOLS_CHANGED,
+    )
     watch.unsubscribe()
     return [(message[0], message[2], message[3]) for message in messages]
 
@@ -1178,11 +1182,11 @@ def test_watch_unsubscribe_ends_it_in_both_eras(
     watch = client.watch({"toolsListChanged": True, "resourceSubscriptions": [A]})
     watch.unsubscribe()
     if client.era == "legacy":
-        eventually(lambda: peer_stats(client)["unsubscribe_calls"].get(A) == 1)
+        wait_until(lambda: peer_stats(client)["unsubscribe_calls"].get(A) == 1, every=PEER_POLL)
         assert peer_stats(client)["subscribed"] == {}
     else:
         listen_id = watch.subscription_id
-        eventually(lambda: listen_ended(client, listen_id))
+        wait_until(lambda: listen_ended(client, listen_id), every=PEER_POLL)
     notify(client, "tools")
     notify(client, "resource_updated", A, unsubscribed_too=True)
     assert assert_iteration_ends(watch) == []  # no closing message, nothing after

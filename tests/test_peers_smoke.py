@@ -20,7 +20,6 @@ import websocket
 from tests.peers.launch import ROOT, Peer
 
 TIMEOUT = 10.0  # generous per-step bound; every wait below uses it or less
-SILENCE = 0.5  # how long "no answer" is awaited
 
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -141,7 +140,9 @@ def stdio_proc() -> Iterator[Any]:
         proc.close()
 
 
-def test_stdio_legacy_initialize_and_notify(sdk_stdio_argv: list[str], stdio_proc: Any) -> None:
+def test_a_stdio_peer_answers_initialize_and_pushes_what_notify_asks_before_its_result(
+    sdk_stdio_argv: list[str], stdio_proc: Any
+) -> None:
     peer = stdio_proc(sdk_stdio_argv)
     assert_initialize_result(peer.request(INITIALIZE))
     peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -177,7 +178,9 @@ def test_stdio_legacy_initialize_and_notify(sdk_stdio_argv: list[str], stdio_pro
     assert peer.close() == 0
 
 
-def test_stdio_modern_discover_and_listen(sdk_stdio_argv: list[str], stdio_proc: Any) -> None:
+def test_a_stdio_peer_answers_discover_and_acknowledges_then_completes_a_listen(
+    sdk_stdio_argv: list[str], stdio_proc: Any
+) -> None:
     peer = stdio_proc(sdk_stdio_argv)
     assert_discover_result(peer.request(DISCOVER))
     listen = {
@@ -205,7 +208,9 @@ def test_stdio_modern_discover_and_listen(sdk_stdio_argv: list[str], stdio_proc:
 
 
 @pytest.mark.parametrize("sdk_stdio_argv", ["legacy"], indirect=True)
-def test_stdio_legacy_era_refuses_discover(sdk_stdio_argv: list[str], stdio_proc: Any) -> None:
+def test_a_legacy_stdio_peer_refuses_discover_and_answers_initialize(
+    sdk_stdio_argv: list[str], stdio_proc: Any
+) -> None:
     peer = stdio_proc(sdk_stdio_argv)
     reply = peer.request(DISCOVER)
     assert reply["error"]["code"] == -32601
@@ -213,16 +218,21 @@ def test_stdio_legacy_era_refuses_discover(sdk_stdio_argv: list[str], stdio_proc
     assert peer.close() == 0
 
 
-def test_stdio_silent_probe(sdk_stdio_argv_silent: list[str], stdio_proc: Any) -> None:
+def test_a_stdio_peer_with_a_silent_probe_never_answers_discover_but_answers_initialize(
+    sdk_stdio_argv_silent: list[str], stdio_proc: Any
+) -> None:
     peer = stdio_proc(sdk_stdio_argv_silent)
     peer.send(DISCOVER)
-    with pytest.raises(queue.Empty):
-        peer.recv(timeout=SILENCE)
+    # The markers: two round trips behind the probe come back first, and nothing before them.
     assert_initialize_result(peer.request(INITIALIZE))
+    peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert peer.request({"jsonrpc": "2.0", "id": 3, "method": "ping"}) == {"jsonrpc": "2.0", "id": 3, "result": {}}
     assert peer.close() == 0
 
 
-def test_stdio_sigterm(sdk_stdio_argv: list[str], stdio_proc: Any) -> None:
+def test_a_stdio_peer_exits_cleanly_on_sigterm_with_its_stdin_still_open(
+    sdk_stdio_argv: list[str], stdio_proc: Any
+) -> None:
     peer = stdio_proc(sdk_stdio_argv)
     assert_initialize_result(peer.request(INITIALIZE))
     peer.proc.terminate()  # stdin still open: the peer must not wait for EOF
@@ -251,7 +261,7 @@ def assert_ws_closed(ws: websocket.WebSocket) -> None:
         pass
 
 
-def test_ws_both_eras(sdk_ws_peer: Peer) -> None:
+def test_a_ws_peer_serves_both_eras_and_exits_cleanly_when_stopped(sdk_ws_peer: Peer) -> None:
     legacy = ws_connect(sdk_ws_peer)
     modern = ws_connect(sdk_ws_peer)
     try:
@@ -265,13 +275,13 @@ def test_ws_both_eras(sdk_ws_peer: Peer) -> None:
     assert sdk_ws_peer.proc is not None and sdk_ws_peer.proc.returncode == 0
 
 
-def test_ws_requires_subprotocol(sdk_ws_peer: Peer) -> None:
+def test_a_ws_peer_refuses_a_connection_without_the_mcp_subprotocol(shared_ws_peer: Peer) -> None:
     with pytest.raises(websocket.WebSocketBadStatusException):
-        websocket.create_connection(sdk_ws_peer.url, timeout=TIMEOUT)
+        websocket.create_connection(shared_ws_peer.url, timeout=TIMEOUT)
 
 
-def test_ws_legacy_era(sdk_ws_peer_legacy: Peer) -> None:
-    ws = ws_connect(sdk_ws_peer_legacy)
+def test_a_legacy_ws_peer_refuses_discover_and_answers_initialize(shared_ws_peer_legacy: Peer) -> None:
+    ws = ws_connect(shared_ws_peer_legacy)
     try:
         assert ws_request(ws, DISCOVER)["error"]["code"] == -32601
         assert_initialize_result(ws_request(ws, INITIALIZE))
@@ -279,7 +289,7 @@ def test_ws_legacy_era(sdk_ws_peer_legacy: Peer) -> None:
         ws.close()
 
 
-def test_ws_restart_same_port_and_kill(sdk_ws_peer: Peer) -> None:
+def test_a_ws_peer_restarts_on_the_same_port_and_a_kill_closes_its_connections(sdk_ws_peer: Peer) -> None:
     port = sdk_ws_peer.port
     ws = ws_connect(sdk_ws_peer)
     sdk_ws_peer.restart()
@@ -309,7 +319,7 @@ def sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
     ]
 
 
-def test_http_both_eras(sdk_http_peer: Peer) -> None:
+def test_an_http_peer_serves_both_eras_and_a_deleted_session_is_gone(sdk_http_peer: Peer) -> None:
     with httpx.Client(timeout=TIMEOUT) as client:
         init = client.post(sdk_http_peer.url, json=INITIALIZE, headers=HTTP_ACCEPT)
         assert init.status_code == 200
@@ -334,22 +344,22 @@ def test_http_both_eras(sdk_http_peer: Peer) -> None:
     assert sdk_http_peer.proc is not None and sdk_http_peer.proc.returncode == 0
 
 
-def test_http_legacy_era(sdk_http_peer_legacy: Peer) -> None:
+def test_a_legacy_http_peer_refuses_discover_with_400_and_answers_initialize(shared_http_peer_legacy: Peer) -> None:
     with httpx.Client(timeout=TIMEOUT) as client:
         discover = client.post(
-            sdk_http_peer_legacy.url,
+            shared_http_peer_legacy.url,
             json=DISCOVER,
             headers=modern_headers("server/discover"),
         )
         assert discover.status_code == 400
         assert discover.json()["error"]["code"] == -32600
-        init = client.post(sdk_http_peer_legacy.url, json=INITIALIZE, headers=HTTP_ACCEPT)
+        init = client.post(shared_http_peer_legacy.url, json=INITIALIZE, headers=HTTP_ACCEPT)
         assert init.status_code == 200
         assert_initialize_result(sse_messages(init)[0])
 
 
-def test_http_legacy_get_stream_carries_notifications(sdk_http_peer: Peer) -> None:
-    url = sdk_http_peer.url
+def test_http_legacy_get_stream_carries_notifications(shared_http_peer: Peer) -> None:
+    url = shared_http_peer.url
     with (
         httpx.Client(timeout=TIMEOUT) as client,
         httpx.Client(timeout=TIMEOUT) as streamer,

@@ -81,7 +81,7 @@ def test_an_sse_url_is_refused_with_what_to_use() -> None:
     assert redact_url("https://u:p@h:8/a?x=1&y=2", query_names=True) == "https://h:8/a?x=...&y=..."
 
 
-def test_get_nowait() -> None:
+def test_get_nowait_raises_empty_or_returns_what_is_already_there() -> None:
     with FakeServer() as server, mcp.connect(server.transport()) as client:
         with client.watch({"toolsListChanged": True}) as watch:
             with pytest.raises(queue.Empty):

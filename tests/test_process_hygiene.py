@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from exmcp_actors._transport.stdio._watchdog import KILL_AFTER
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals and process groups")
 
@@ -63,9 +64,7 @@ def test_a_stubborn_stdio_server_and_its_child_never_outlive_the_host() -> None:
             line = host.stdout.readline().decode()
             assert line.startswith("server "), (way, line, host.stderr.read())
             # Everything the host started: the server, its child, the watchdog.
-            deadline = time.monotonic() + 10
-            while len(_descendants(host.pid)) < 3 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda host=host: len(_descendants(host.pid)) >= 3, 10, f"{way}: its three processes")
             started[way] = _descendants(host.pid)
             assert len(started[way]) >= 3, (way, started[way])
         begun = time.monotonic()

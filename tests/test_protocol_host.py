@@ -61,7 +61,9 @@ def test_elicitation_defaults_fill_only_missing_fields_of_an_accept() -> None:
         (check_task_status, {"status": "working"}, False),
     ],
 )
-def test_notification_checks(check: Any, params: dict[str, Any], ok: bool) -> None:
+def test_a_notification_check_accepts_exactly_the_well_formed_params(
+    check: Any, params: dict[str, Any], ok: bool
+) -> None:
     assert (check(params) is None) is ok
 
 

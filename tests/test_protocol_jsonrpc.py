@@ -78,6 +78,6 @@ def test_requests_keep_an_explicit_empty_params_object_and_omit_none() -> None:
     assert rpc.notification("notifications/initialized") == {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
-def test_answers_to_server_requests() -> None:
+def test_answers_to_server_requests_are_result_or_error_frames() -> None:
     assert rpc.result_frame(4, {}) == {"jsonrpc": "2.0", "id": 4, "result": {}}
     assert rpc.error_frame(4, -32601, "no") == {"jsonrpc": "2.0", "id": 4, "error": {"code": -32601, "message": "no"}}

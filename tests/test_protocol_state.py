@@ -118,7 +118,7 @@ def test_a_transition_error_is_the_librarys_bug_not_a_peer_error() -> None:
     ],
     ids=path_id,
 )
-def test_status_before_the_first_ready(path: list[Move], status: str) -> None:
+def test_the_status_before_the_first_ready_follows_the_moves(path: list[Move], status: str) -> None:
     state = walked(path)
     assert state.status == status
     assert state.was_ready is (status == "ready")
@@ -138,7 +138,7 @@ def test_status_before_the_first_ready(path: list[Move], status: str) -> None:
     ],
     ids=path_id,
 )
-def test_status_after_the_first_ready(path: list[Move], status: str) -> None:
+def test_the_status_after_the_first_ready_follows_the_moves(path: list[Move], status: str) -> None:
     state = walked([*READY_ONCE, *path])
     assert state.status == status
     assert state.was_ready

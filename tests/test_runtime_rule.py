@@ -20,6 +20,7 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._runtime._monitor import SessionMonitor
 from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
+from tests.waiting import wait_until
 
 WAIT = 5.0
 #: Rounds of each one-thread order test: what the helper sends and what the test expects.
@@ -54,15 +55,6 @@ def marks(server: FakeServer) -> None:
     @server.on("test/mark")
     def mark(params: dict[str, Any], ctx: Any) -> Any:
         return {}
-
-
-def eventually(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    """Poll ``predicate`` (every 10 ms, at most ``timeout`` seconds) for what no event marks."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        threading.Event().wait(0.01)
 
 
 class Call:
@@ -499,7 +491,7 @@ def test_a_put_called_with_its_overflow_closing_message_may_call_back_into_the_c
             assert cb.blocked.wait(WAIT)
             for _ in range(4):  # not change signals: past the bound they close the handle
                 fake.notify("notifications/message", log)
-            eventually(lambda: client._inspect()["entries"] == 0, "the overflowed handle removed")
+            wait_until(lambda: client._inspect()["entries"] == 0, what="the overflowed handle removed")
             cb.release.set()
             cb.check()
         finally:
@@ -968,7 +960,7 @@ class StressThread:
         for s in range(STRESS_MAX_ROUNDS):
             if self.done == STRESS_ROUNDS:
                 return
-            eventually(lambda: client.status == "ready", "the client ready again")
+            wait_until(lambda: client.status == "ready", what="the client ready again")
             uri = f"file:///t{t}/s{s}"
             self.issued += [(s, step) for step in ("subscribe", "mark-a", "unsubscribe", "slow", "cancel", "mark-b")]
             try:
@@ -1042,7 +1034,7 @@ def flood(server: FakeServer, client: mcp.Client, threads: list[StressThread], w
             server.drop()
             connections += 1
             server.wait_connections(connections, WAIT)
-            eventually(lambda: client.status == "ready", "the client reconnected")
+            wait_until(lambda: client.status == "ready", what="the client reconnected")
         try:
             for _ in range(STRESS_BURST):
                 server.notify("notifications/tools/list_changed", {"seq": seq})
@@ -1051,7 +1043,7 @@ def flood(server: FakeServer, client: mcp.Client, threads: list[StressThread], w
             seq += 1
             continue  # the connection ended under it: that seq is lost, nothing else
         last = seq - 1
-        eventually(partial(burst_done, client, witness, last), "the burst delivered")
+        wait_until(partial(burst_done, client, witness, last), what="the burst delivered")
     return connections
 
 

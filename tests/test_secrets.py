@@ -48,22 +48,22 @@ def test_stdio_argv_and_env_stay_out_of_every_record(everything: list[str]) -> N
 
 
 def test_http_credentials_query_and_headers_stay_out_of_every_record(
-    everything: list[str], sdk_http_peer_legacy: Peer
+    everything: list[str], shared_http_peer_legacy: Peer
 ) -> None:
-    url = sdk_http_peer_legacy.url.replace("http://", f"http://user:{SECRET}@") + f"?token={SECRET}"
+    url = shared_http_peer_legacy.url.replace("http://", f"http://user:{SECRET}@") + f"?token={SECRET}"
     _session(mcp.HttpTransport(url, headers={"Authorization": f"Bearer {SECRET}", "X-Api-Key": SECRET}))
     _assert_kept(everything, expect="httpx")
 
 
 def test_websocket_credentials_query_and_headers_stay_out_of_every_record(
-    everything: list[str], sdk_ws_peer_legacy: Peer
+    everything: list[str], shared_ws_peer_legacy: Peer
 ) -> None:
-    url = sdk_ws_peer_legacy.url.replace("ws://", f"ws://user:{SECRET}@") + f"?token={SECRET}"
+    url = shared_ws_peer_legacy.url.replace("ws://", f"ws://user:{SECRET}@") + f"?token={SECRET}"
     _session(mcp.WebSocketTransport(url, headers={"Authorization": f"Bearer {SECRET}"}))
     _assert_kept(everything, expect="exmcp_actors")
 
 
-def test_redaction_of_what_dependencies_log() -> None:
+def test_what_dependencies_log_is_redacted() -> None:
     assert redact_url(f"wss://u:{SECRET}@[::1]:8443/mcp?token={SECRET}#f") == "wss://[::1]:8443/mcp"
     samples = [
         f'HTTP Request: POST http://u:{SECRET}@h/mcp?token={SECRET} "HTTP/1.1 200 OK"',

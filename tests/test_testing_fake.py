@@ -559,7 +559,7 @@ def test_lists_paginate_with_next_cursor(
     assert len(peer.call("resources/list")["result"]["resources"]) == 1
 
 
-def test_default_tool_resource_and_prompt_answers(server: FakeServer) -> None:
+def test_the_builtin_tools_resources_and_prompts_answer_by_default(server: FakeServer) -> None:
     peer = Peer(server)
     result = peer.call("tools/call", {"name": "echo", "arguments": {"a": 1}})["result"]
     assert json.loads(result["content"][0]["text"]) == {"a": 1} and result["isError"] is False
@@ -569,7 +569,7 @@ def test_default_tool_resource_and_prompt_answers(server: FakeServer) -> None:
     assert peer.call("prompts/get", {"name": "greet"})["result"]["messages"][0]["role"] == "user"
 
 
-def test_list_changed_and_updated_notifications(server: FakeServer) -> None:
+def test_list_changed_and_updated_push_one_notification_each_in_order(server: FakeServer) -> None:
     peer = Peer(server)
     server.list_changed("tools")
     server.list_changed("prompts")
@@ -648,7 +648,7 @@ def test_client_close_calls_no_transport_lost_and_delivers_nothing_after(
     assert peer.sink.lost == [] and peer.sink.batches == []
 
 
-def test_refuse_n_opens_then_accept(server: FakeServer) -> None:
+def test_refuse_fails_the_next_n_opens_or_every_one_until_accept(server: FakeServer) -> None:
     transport = server.transport()
     server.refuse(2)
     for _ in range(2):

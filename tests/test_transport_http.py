@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers_transport import RecordingSink
+from helpers_transport import RecordingSink, refusing_port
 from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
 
 import exmcp_actors as mcp
@@ -120,13 +119,6 @@ def start_legacy_session(transport: HttpTransport, sink: RecordingSink, fake: Fa
 def quiet(transport: HttpTransport) -> bool:
     link = transport._link
     return link is not None and link.wait_quiet(WAIT)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --------------------------------------------------------------------------
@@ -437,13 +429,14 @@ def test_a_404_naming_the_request_id_is_a_method_error_not_a_lost_session(fake_s
 def test_an_unreachable_server_fails_the_request_and_loses_the_transport(
     open_transport,
 ) -> None:
-    transport, sink = open_transport(f"http://127.0.0.1:{free_port()}/mcp")
+    with refusing_port() as port:
+        transport, sink = open_transport(f"http://127.0.0.1:{port}/mcp")
 
-    transport.send(request(15, "server/discover", modern=True))
+        transport.send(request(15, "server/discover", modern=True))
 
-    error = failed_exchange(sink, 15)
-    assert error.what.startswith("connection error: ConnectError") and error.status is None
-    assert sink.wait_lost().startswith("server unreachable")
+        error = failed_exchange(sink, 15)
+        assert error.what.startswith("connection error: ConnectError") and error.status is None
+        assert sink.wait_lost().startswith("server unreachable")
 
 
 # --------------------------------------------------------------------------
@@ -758,7 +751,9 @@ def get_stream_connected() -> Iterator[threading.Event]:
     log.setLevel(old_level)
 
 
-def test_the_sdk_server_in_the_legacy_era(sdk_server, open_transport, get_stream_connected) -> None:
+def test_a_legacy_session_with_the_sdk_server_gets_answers_and_updates_on_the_get_stream(
+    sdk_server, open_transport, get_stream_connected
+) -> None:
     transport, sink = open_transport(sdk_server)
 
     result = start_legacy_session(transport, sink)["result"]
@@ -778,7 +773,9 @@ def test_the_sdk_server_in_the_legacy_era(sdk_server, open_transport, get_stream
     assert sink.lost == []
 
 
-def test_the_sdk_server_in_the_modern_era(sdk_server, open_transport) -> None:
+def test_a_modern_session_with_the_sdk_server_gets_answers_and_updates_on_its_listen(
+    sdk_server, open_transport
+) -> None:
     transport, sink = open_transport(sdk_server)
 
     transport.send(request("discover", "server/discover", modern=True))

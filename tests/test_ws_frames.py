@@ -81,7 +81,7 @@ def test_text_and_binary_frames_become_messages() -> None:
     ("size", "length_bytes"),
     [(125, 0), (126, 2), (300, 2), (65535, 2), (65536, 8), (70000, 8), (5, 8), (5, 2)],
 )
-def test_7_16_and_64_bit_lengths(size: int, length_bytes: int) -> None:
+def test_7_16_and_64_bit_lengths_parse_alike_whole_or_in_chunks(size: int, length_bytes: int) -> None:
     payload = bytes(i % 251 for i in range(size))
     data = frame(OP_TEXT, payload, length_bytes=length_bytes) + frame(OP_TEXT, b"next")
 
@@ -116,7 +116,7 @@ def test_control_frames_between_fragments_come_out_at_once() -> None:
     assert feed_all(data) == [(OP_PING, b"p1"), (OP_PONG, b"p2"), (OP_TEXT, b"abc"), (OP_TEXT, b"d")]
 
 
-def test_ping_pong_and_close_frames() -> None:
+def test_ping_pong_and_close_frames_come_out_as_they_are() -> None:
     close_payload = struct.pack("!H", 1001) + b"bye"
     data = frame(OP_PING, b"") + frame(OP_PING, b"x" * 125) + frame(OP_PONG, b"y") + frame(OP_CLOSE, close_payload)
 

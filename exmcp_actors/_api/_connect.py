@@ -150,7 +150,9 @@ def connect(
         connect_timeout: seconds the whole ``connect()`` may take (opening the transport, the probe and
             the handshake); after a loss, each stage of a reconnect (opening, the handshake,
             resubscribing, re-listening) gets as long again, else the attempt counts as failed.
-        probe_timeout: seconds the ``server/discover`` probe may take before ``auto`` falls back.
+        probe_timeout: seconds the ``server/discover`` probe may go unanswered before ``auto`` falls
+            back, counted from when the server read it where the transport tells (a stdio child on
+            Linux: once it took the probe from its stdin), else from when it was sent.
         roots: ``[{"uri": ..., "name": ...}]``: advertise ``roots`` and answer ``roots/list``.
         sampling: ``fn(params) -> CreateMessageResult dict``: answer ``sampling/createMessage``.
         elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (form mode).

@@ -27,6 +27,15 @@ class Opened(NamedTuple):
     """The connector opened the transport for this generation."""
 
     generation: int
+    #: The transport tells when the peer has read what it was sent (``PeerReading``): the
+    #: probe's clock waits for that, so a server's start-up does not count as its silence.
+    reading_reported: bool = False
+
+
+class PeerReading(NamedTuple):
+    """The peer of this generation's connection has read what it was sent (a stdio child its stdin)."""
+
+    generation: int
 
 
 class OpenFailed(NamedTuple):

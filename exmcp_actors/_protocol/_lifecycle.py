@@ -74,6 +74,10 @@ class Lifecycle:
         self.stages = StageClock(self._fx, self.config.stage_timeout)
         #: The modern subscriptions a reconnect re-listened, until each is acknowledged again.
         self._relistening: set[Any] = set()
+        #: The connection in hand reports when its peer reads, and it has not yet: the probe's
+        #: clock is not started until then (``_unarmed_probe`` is the probe waiting for it).
+        self._awaiting_reader = False
+        self._unarmed_probe: Any = None
 
     @property
     def ready(self) -> bool:
@@ -115,6 +119,7 @@ class Lifecycle:
     def opened(self, message: ev.Opened) -> None:
         if not self._current(message.generation):
             return
+        self._awaiting_reader, self._unarmed_probe = message.reading_reported, None
         self.handshake = Handshake(
             self.config.mode, self.config.client_info, self._ids, self.connection, self.config.capabilities
         )
@@ -158,8 +163,10 @@ class Lifecycle:
                     self._pending.add(action.request_id, action.message["method"], callback=self._handshake_answer)
                 self._fx.send(action.message, action.request_id)
             elif isinstance(action, ArmProbeTimer):
-                timeout = ev.ProbeTimeout(self.generation, action.request_id)
-                self._fx.do(ev.ArmTimer(self.config.probe_timeout, timeout))
+                if self._awaiting_reader:
+                    self._unarmed_probe = action.request_id
+                else:
+                    self._arm_probe_timer(action.request_id)
             elif isinstance(action, Negotiated):
                 self._negotiated(action)
             elif isinstance(action, Failed):
@@ -173,6 +180,19 @@ class Lifecycle:
     def _handshake_answer(self, answer: rpc.Answer) -> None:
         if self.handshake is not None:
             self._run_handshake(self.handshake.on_answer(answer))
+
+    def _arm_probe_timer(self, request_id: Any) -> None:
+        self._fx.do(ev.ArmTimer(self.config.probe_timeout, ev.ProbeTimeout(self.generation, request_id)))
+
+    def peer_reading(self, message: ev.PeerReading) -> None:
+        """The peer has read the probe: only its silence from now on says it is a legacy server.
+        (A child still starting up, importing its SDK on a loaded machine, has not heard it yet.)"""
+        if not self._current(message.generation) or not self._awaiting_reader:
+            return
+        self._awaiting_reader = False
+        probe, self._unarmed_probe = self._unarmed_probe, None
+        if probe is not None and self.handshake is not None and self.handshake.owns(probe):
+            self._arm_probe_timer(probe)
 
     def probe_timeout(self, message: ev.ProbeTimeout) -> None:
         handshake = self.handshake

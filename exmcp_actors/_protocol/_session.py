@@ -421,6 +421,7 @@ class Session:
             ev.Frames: self._frames,
             ev.Lost: life.lost,
             ev.SendFailed: self._send_failed,
+            ev.PeerReading: life.peer_reading,
             ev.ProbeTimeout: life.probe_timeout,
             ev.StageTimeout: life.stage_timeout,
             ev.SendRequest: self._send_request,

@@ -79,6 +79,12 @@ class ConnectionSink:
         except pykka.ActorDeadError:
             pass
 
+    def peer_reading(self) -> None:
+        try:
+            self._tell(ev.PeerReading(self._generation))
+        except pykka.ActorDeadError:
+            pass
+
 
 class ClientActor(pykka.ThreadingActor):
     """Owns one MCP connection's end. See the module docstring."""

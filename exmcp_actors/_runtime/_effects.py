@@ -280,7 +280,7 @@ class Shell:
             if self.stopping.is_set():
                 self.transport.close()
                 return
-        self.tell_actor(ev.Opened(generation))
+        self.tell_actor(ev.Opened(generation, self.transport.reports_reading))
 
     def abort_open(self) -> None:
         """Once stopping is set: wake a connector blocked in ``transport.open()``, so that the

@@ -40,6 +40,10 @@ class FrameSink(Protocol):
     def transport_lost(self, reason: str) -> None:
         """The connection ended (peer closed, process exited, I/O error). Called at most once."""
 
+    def peer_reading(self) -> None:
+        """The peer has read what was sent to it so far: it is up and reading its input. Called at
+        most once per connection, and only by a transport whose ``reports_reading`` is true."""
+
 
 class Transport(abc.ABC):
     """A reconnectable link to one MCP peer.
@@ -52,6 +56,10 @@ class Transport(abc.ABC):
 
     #: Largest frame accepted from the peer, in bytes.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    #: Whether each connection calls ``sink.peer_reading()`` once the peer has read what it was
+    #: sent (stdio, where the pipe tells). The ``server/discover`` probe's clock then starts
+    #: there: a server still starting up has not heard the probe, so its silence proves nothing.
+    reports_reading: bool = False
 
     @abc.abstractmethod
     def open(self, sink: FrameSink, *, timeout: float) -> None:

@@ -324,6 +324,16 @@ class LossLatch:
                     len(frames),
                 )
 
+    def reading(self) -> None:
+        """Tell the sink the peer reads its input, unless the connection is closed or lost."""
+        with self._lock:
+            if not self.active:
+                return
+            try:
+                self._sink.peer_reading()
+            except Exception:
+                logger.exception("%s: the sink failed on peer_reading", self.name)
+
     def report_lost(self, reason: str) -> bool:
         """Report the loss to the sink if it is the first end of this connection."""
         with self._lock:

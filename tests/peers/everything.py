@@ -9,10 +9,19 @@ host feature, tasks in both directions included.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no parallel workers to serialize there
+    fcntl = None  # type: ignore[assignment]
 
 PACKAGE = "@modelcontextprotocol/server-everything"
 VERSION = "2026.8.31"
@@ -28,18 +37,30 @@ def missing_tools() -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _installing() -> Iterator[None]:
+    """One installer at a time: the suite's xdist workers may all want the peer at once. (The
+    lock lives in the temporary directory, named after the prefix, to leave the tree alone.)"""
+    name = hashlib.sha256(str(PREFIX).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"exmcp-npm-peers-{name}.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def install(timeout: float = 600.0) -> Path:
     """Install the pinned version unless it is there; returns the entry script."""
     installed = PREFIX / "node_modules" / "@modelcontextprotocol" / "server-everything" / "package.json"
-    if ENTRY.exists() and f'"version": "{VERSION}"' in installed.read_text(encoding="utf-8"):
-        return ENTRY
-    PREFIX.mkdir(exist_ok=True)
-    subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(PREFIX), f"{PACKAGE}@{VERSION}"],
-        check=True,
-        timeout=timeout,
-        stdout=subprocess.DEVNULL,
-    )
+    with _installing():
+        if ENTRY.exists() and f'"version": "{VERSION}"' in installed.read_text(encoding="utf-8"):
+            return ENTRY
+        PREFIX.mkdir(exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(PREFIX), f"{PACKAGE}@{VERSION}"],
+            check=True,
+            timeout=timeout,
+            stdout=subprocess.DEVNULL,
+        )
     return ENTRY
 
 

@@ -147,8 +147,12 @@ TOOLS: list[types.Tool] = [
     ),
     types.Tool(
         name="stats",
-        description="JSON text: subscribe/unsubscribe counters, per-session subscriptions, open listens.",
-        input_schema=_schema({}),
+        description=(
+            "JSON text: subscribe/unsubscribe counters, per-session subscriptions, open listens."
+            " With `mine`, the counters, subscriptions and ops are the calling legacy session's only,"
+            " so tests can share one long-lived peer."
+        ),
+        input_schema=_schema({"mine": {"type": "boolean"}}),
     ),
     types.Tool(
         name="close_listens",
@@ -230,18 +234,20 @@ class PeerState:
     def live_sessions(self) -> list[SessionRecord]:
         return [s for s in self.sessions.values() if not s.closed]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, mine: SessionRecord | None = None) -> dict[str, Any]:
+        """The counters; with ``mine``, those of that session alone (as if it were the only one)."""
+        sessions = [mine] if mine is not None else list(self.sessions.values())
         currently: dict[str, int] = {}
-        for s in self.live_sessions():
-            for uri in s.subscribed:
+        for s in sessions:
+            for uri in s.subscribed if not s.closed else ():
                 currently[uri] = currently.get(uri, 0) + 1
         return {
             "era": self.era,
-            "subscribe_calls": dict(self.subscribe_calls),
-            "unsubscribe_calls": dict(self.unsubscribe_calls),
+            "subscribe_calls": dict(mine.subscribe_calls if mine is not None else self.subscribe_calls),
+            "unsubscribe_calls": dict(mine.unsubscribe_calls if mine is not None else self.unsubscribe_calls),
             "subscribed": currently,  # URI -> number of live sessions holding it
-            "sessions": {k: s.to_json() for k, s in self.sessions.items()},
-            "ops": list(self.ops),
+            "sessions": {s.key: s.to_json() for s in sessions},
+            "ops": [op for op in self.ops if mine is None or op["session"] == mine.key],
             "listens": {str(k): r.requested for k, r in self.listens.items()},
             "listen_ids": [r.listen_id for r in self.listens.values()],
             "listens_total": self.listens_total,
@@ -531,7 +537,8 @@ def build_server(
             await anyio.sleep(float(args.get("seconds", 0)))
             return _text("slept")
         if name == "stats":
-            return _text(json.dumps(state.stats(), sort_keys=True))
+            mine = tracker.record(ctx) if args.get("mine") else None
+            return _text(json.dumps(state.stats(mine), sort_keys=True))
         if name == "close_listens":
             open_ids = [r.listen_id for r in state.listens.values()]
             if listen_handler is not None:

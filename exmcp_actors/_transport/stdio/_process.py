@@ -9,7 +9,8 @@ Threads per connection (all daemons, all ended by ``close()`` or by the loss):
 - ``exmcp-stdio-stderr``: logs each stderr line to ``exmcp_actors.stdio``.
 
 On Linux the readers also watch a pidfd, so the death of the child is noticed
-even when a grandchild keeps its stdout open.
+even when a grandchild keeps its stdout open, and the sink hears when the child
+first read its stdin (``peer_reading``: the probe's clock starts there).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..._protocol._errors import TransportError
 from ..._protocol._peer_text import peer_text
 from .._base import DEFAULT_MAX_FRAME_BYTES, FrameSink, Transport
 from .._framing import ConnectionSlot, LineSplitter, LossLatch, QueueWriter, encode_message, join_thread
-from ._pipes import PipeReader, close_fd, open_pidfd, pipe_write_now
+from ._pipes import FirstRead, PipeReader, close_fd, open_pidfd, pipe_write_now, unread_bytes_known
 from ._watchdog import WATCHDOG
 
 logger = logging.getLogger("exmcp_actors.transport")
@@ -163,6 +164,8 @@ class StdioTransport(Transport):
         self.stop_timeout = stop_timeout
         self.startup_grace = startup_grace
         self.name = name or _default_name(self.argv)
+        #: Where the pipe tells, the probe's clock starts once the child has read the probe.
+        self.reports_reading = unread_bytes_known()
         self._slot: ConnectionSlot[_StdioConnection] = ConnectionSlot()
 
     @property
@@ -209,6 +212,7 @@ class _StdioConnection:
         self.reader: threading.Thread | None = None
         self.stderr_thread: threading.Thread | None = None
         self.writer: QueueWriter | None = None
+        self.first_read: FirstRead | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -279,12 +283,16 @@ class _StdioConnection:
             join_thread(self.stderr_thread, _STDERR_DRAIN_WAIT, self.label)
             raise TransportError(f"{self.label}: exited at once ({_exit_text(returncode)}){self._stderr_hint()}")
 
+        write_now = pipe_write_now(proc.stdin.fileno())
+        if t.reports_reading:
+            self.first_read = FirstRead(proc.stdin.fileno(), self.latch.reading)
+            write_now = self.first_read.counting(write_now) if write_now is not None else None
         self.writer = QueueWriter(
             "exmcp-stdio-writer",
             self._write_batch,
             on_error=self._writer_failed,
             on_exit=proc.stdin.close,
-            write_now=pipe_write_now(proc.stdin.fileno()),
+            write_now=write_now,
         )
         self.writer.start()
         self.reader = threading.Thread(
@@ -304,6 +312,8 @@ class _StdioConnection:
     def close(self) -> None:
         """Close stdin, SIGTERM, wait, SIGKILL, wait; join the threads."""
         self.latch.close()
+        if self.first_read is not None:
+            self.first_read.stop()
         proc = self.proc
         timeout = self.t.stop_timeout
         if self.writer is not None:
@@ -358,6 +368,8 @@ class _StdioConnection:
         while view:
             written = os.write(fd, view)
             view = view[written:]
+        if self.first_read is not None:
+            self.first_read.written()
 
     def _writer_failed(self, exc: BaseException) -> None:
         if not self.latch.active:
@@ -392,6 +404,8 @@ class _StdioConnection:
             if latch.active:
                 latch.report_lost(f"{self.label}: reading stdout failed: {exc!r}")
         finally:
+            if self.first_read is not None:
+                self.first_read.stop()
             pipe.close()
             assert self.proc.stdout is not None
             self.proc.stdout.close()
