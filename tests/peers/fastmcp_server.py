@@ -21,13 +21,17 @@ import argparse
 import asyncio
 import socket
 import sys
-from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
+import mcp_types as types
 from fastmcp import Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
 
 VERSIONS: dict[str, int] = {"demo://a": 0}
+#: Task tools ask to be polled this often (fastmcp's default, 5 s, would slow every test).
+POLL = timedelta(milliseconds=100)
 
 mcp = FastMCP("fastmcp-peer")
 mcp.add_extension(TasksExtension())
@@ -51,30 +55,33 @@ def resource_a() -> str:
     return f"demo://a v{VERSIONS['demo://a']}"
 
 
-@mcp.tool(task=True)
+@mcp.tool(task=TaskConfig(mode="optional", poll_interval=POLL))
 async def crunch(n: int, delay: float = 0.0) -> str:
     """Squares n after delay seconds; may run as a task."""
     await asyncio.sleep(delay)
     return f"{n * n}"
 
 
-@mcp.tool(task=TaskConfig(mode="required"))
+@mcp.tool(task=TaskConfig(mode="required", poll_interval=POLL))
 async def must_task(n: int) -> str:
     """Doubles n; runs only as a task."""
     return f"{2 * n}"
 
 
-@dataclass
-class Name:
-    name: str
+NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 
-@mcp.tool(task=True)
-async def ask_name(ctx: Context) -> str:
-    """Asks the client for a name (an elicitation), then greets it."""
-    answer = await ctx.elicit("Your name?", response_type=Name)
-    name = answer.data.name if answer.action == "accept" and answer.data is not None else "nobody"
-    return f"hello {name}"
+@mcp.tool(task=TaskConfig(mode="optional", poll_interval=POLL))
+async def ask_name(ctx: Context) -> Any:
+    """Asks the client for a name (an elicitation, the guard pattern), then greets it."""
+    answer = (ctx.input_responses or {}).get("name")
+    if answer is None:
+        ask = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(message="Your name?", requested_schema=NAME_SCHEMA)
+        )
+        return types.InputRequiredResult(input_requests={"name": ask})
+    content = getattr(answer, "content", None) or {}
+    return f"hello {content.get('name', 'nobody')}"
 
 
 def main() -> None:
