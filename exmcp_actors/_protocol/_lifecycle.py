@@ -112,8 +112,10 @@ class Lifecycle:
     def opened(self, message: ev.Opened) -> None:
         if not self._current(message.generation):
             return
+        # A discover result the host kept stands for the first connection; a reconnect asks afresh.
+        known = None if self.connection.was_ready else self.config.discover_result
         self.handshake = Handshake(
-            self.config.mode, self.config.client_info, self._ids, self.connection, self.config.capabilities
+            self.config.mode, self.config.client_info, self._ids, self.connection, self.config.capabilities, known
         )
         self._run_handshake(self.handshake.start())
 

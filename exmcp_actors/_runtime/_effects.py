@@ -183,6 +183,7 @@ class Shell:
             shared.server_info = negotiated.server_info
             shared.server_capabilities = negotiated.capabilities
             shared.instructions = negotiated.instructions
+            shared.discover_result = negotiated.raw if negotiated.era == "modern" else None
         if life.connect_error is not None:
             shared.connect_error = life.connect_error
         shared.status = life.connection.status
