@@ -184,7 +184,7 @@ class Lifecycle:
     def _negotiated(self, result: Negotiated) -> None:
         previous_era = self.era
         self.negotiated = result
-        self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era))
+        self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era, result.capabilities))
         first = not self.connection.was_ready
         self.connection.move(Move.NEGOTIATED)
         logger.info("%s: ready, MCP %s (%s era)", self.name, result.protocol_version, result.era)

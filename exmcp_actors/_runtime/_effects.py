@@ -281,6 +281,7 @@ class Shell:
 
     def _transport_negotiated(self, session: Session, effect: ev.TransportNegotiated) -> None:
         try:
+            self.transport.server_capabilities(effect.capabilities)
             self.transport.negotiated(effect.protocol_version, effect.era)
         except Exception:
             logger.exception("%s: transport rejected the negotiated version", self.name)

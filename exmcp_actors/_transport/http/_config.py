@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Final
 
 import httpx
@@ -42,6 +43,8 @@ class Config:
     max_retry_delay: float
     #: Attaches the OAuth bearer token and answers 401/403 (see ``exmcp_actors._auth``).
     auth: httpx.Auth | None = None
+    #: Set once a server that cannot push was warned about: once per transport, not per connection.
+    warned_deaf: threading.Event = field(default_factory=threading.Event)
 
 
 def status_line(response: httpx.Response) -> str:

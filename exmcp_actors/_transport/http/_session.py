@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
@@ -30,7 +30,7 @@ from ._config import IO_ERRORS, Config, logger
 if TYPE_CHECKING:
     from ._requests import Post
 
-__all__ = ["HttpSession", "session_gone"]
+__all__ = ["HttpSession", "promised_pushes", "session_gone"]
 
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
 
@@ -45,6 +45,11 @@ class HttpSession:
         self._protocol_version: str | None = None
         #: The negotiated era (read without the lock, as a hint for new messages).
         self.era: str | None = None
+        #: The pushes the server's capabilities promise, in words (see :func:`promised_pushes`).
+        self.promised: list[str] = []
+
+    def advertised(self, capabilities: dict[str, Any]) -> None:
+        self.promised = promised_pushes(capabilities)
 
     def negotiated(self, protocol_version: str, era: str) -> None:
         with self._lock:
@@ -60,6 +65,11 @@ class HttpSession:
     def expired(self) -> None:
         with self._lock:
             self._session_id = None
+
+    @property
+    def has_session(self) -> bool:
+        with self._lock:
+            return self._session_id is not None
 
     def _current(self) -> tuple[str | None, str | None]:
         with self._lock:
@@ -114,6 +124,19 @@ class HttpSession:
             headers["Mcp-Session-Id"] = session_id
         if version:
             headers["MCP-Protocol-Version"] = version
+
+
+def promised_pushes(capabilities: dict[str, Any]) -> list[str]:
+    """What a server's capabilities promise to push, in words (empty: nothing)."""
+    promised = []
+    resources = capabilities.get("resources")
+    if isinstance(resources, dict) and resources.get("subscribe") is True:
+        promised.append("resource subscriptions")
+    for kind in ("tools", "prompts", "resources"):
+        advertised = capabilities.get(kind)
+        if isinstance(advertised, dict) and advertised.get("listChanged") is True:
+            promised.append(f"{kind} list changes")
+    return promised
 
 
 def session_gone(status: int, body: bytes) -> str | None:
