@@ -292,6 +292,8 @@ class OAuth:
             "grant_types": ["authorization_code", "refresh_token"] if interactive else [self.grant],
             "response_types": ["code"] if interactive else [],
             "token_endpoint_auth_method": method,
+            # The redirect is loopback, so a native client; OIDC would assume "web" (SEP-837).
+            "application_type": "native",
         }
         if scope:
             body["scope"] = scope
