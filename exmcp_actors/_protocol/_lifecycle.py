@@ -153,11 +153,16 @@ class Lifecycle:
                 timeout = ev.ProbeTimeout(self.generation, action.request_id)
                 self._fx.do(ev.ArmTimer(self.config.probe_timeout, timeout))
             elif isinstance(action, Negotiated):
+                self._enter_handshake_stage()  # a kept discover result negotiates with nothing asked
                 self._negotiated(action)
             elif isinstance(action, Failed):
                 logger.warning("%s: handshake failed: %s", self.name, action.error)
                 self._drop_connection()
                 self._attempt_failed(action.error)
+        self._enter_handshake_stage()
+
+    def _enter_handshake_stage(self) -> None:
+        """The handshake's phase is a stage under a deadline (entering it again is no move)."""
         stage = _HANDSHAKE_STAGES.get(self.connection.phase)
         if stage is not None and self.handshake is not None:
             self.stages.enter(stage, self.generation)

@@ -150,14 +150,13 @@ class Stage(enum.Enum):
 #:                       └─> INITIALIZE ─┼─> RESUBSCRIBE ──> SETTLED   (legacy reconnect)
 #:           (DISCOVER <─> INITIALIZE:   └─> RELISTEN ─────> SETTLED   (modern reconnect)
 #:            the fallback, the reprobe)
-#:                 OPEN ──> SETTLED   (a discover result the host kept: nothing is asked)
 #:     every stage in hand ──> OPEN   (an attempt failed or the connection dropped: the next opens)
 #:
 #: Entering the stage in hand again for the same connection is no move (each answer of a
 #: handshake re-enters its stage); OPEN -> OPEN is the next attempt, under a deadline of its own.
 STAGE_MOVES: Final[dict[Stage, frozenset[Stage]]] = {
     Stage.SETTLED: frozenset({Stage.OPEN}),
-    Stage.OPEN: frozenset({Stage.OPEN, Stage.DISCOVER, Stage.INITIALIZE, Stage.SETTLED}),
+    Stage.OPEN: frozenset({Stage.OPEN, Stage.DISCOVER, Stage.INITIALIZE}),
     **{
         handshake: frozenset({Stage.OPEN, other, Stage.SETTLED, Stage.RESUBSCRIBE, Stage.RELISTEN})
         for handshake, other in ((Stage.DISCOVER, Stage.INITIALIZE), (Stage.INITIALIZE, Stage.DISCOVER))
