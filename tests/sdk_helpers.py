@@ -178,6 +178,9 @@ class TapTransport(Transport):
             self._cond.notify_all()
         return closed
 
+    def server_capabilities(self, capabilities: dict[str, Any]) -> None:
+        self.inner.server_capabilities(capabilities)
+
     def negotiated(self, protocol_version: str, era: str) -> None:
         self.inner.negotiated(protocol_version, era)
 

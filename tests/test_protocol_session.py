@@ -333,7 +333,7 @@ def test_a_legacy_handshake_initializes_then_sends_initialized() -> None:
     effects = driver.frames(result(initialize["id"], INITIALIZE_RESULT))
     assert effects == [
         Send({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        TransportNegotiated("2025-11-25", "legacy"),
+        TransportNegotiated("2025-11-25", "legacy", INITIALIZE_RESULT["capabilities"]),
     ]
     session = driver.session
     negotiated = session.life.negotiated
@@ -347,7 +347,9 @@ def test_a_discover_answer_naming_the_modern_revision_is_ready_at_once(mode: Pro
     driver = Driver(mode)
     driver.start()
     [probe] = sent(driver.opened())
-    assert driver.frames(result(probe["id"], DISCOVER_RESULT)) == [TransportNegotiated("2026-07-28", "modern")]
+    assert driver.frames(result(probe["id"], DISCOVER_RESULT)) == [
+        TransportNegotiated("2026-07-28", "modern", DISCOVER_RESULT["capabilities"])
+    ]
     session = driver.session
     negotiated = session.life.negotiated
     assert negotiated is not None

@@ -20,7 +20,7 @@ import pykka
 from .._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
-from .._protocol._host_checks import LOG_LEVELS, check_roots, with_tasks_extension
+from .._protocol._host_checks import LOG_LEVELS, check_roots, created_task, tasks_advertised, with_tasks_extension
 from .._protocol._jsonrpc import RequestBuilder
 from .._protocol._peer_text import peer_text
 from .._runtime._host_pool import HostRuntime, TaskFeed
@@ -207,14 +207,16 @@ class ServerCalls:
         task: bool | dict[str, Any] = False,
         timeout: float | None = None,
     ) -> Any:
-        """``tools/call``; returns the result dict, or a :class:`Task` when ``task`` is given.
+        """``tools/call``; returns the result dict, or a :class:`Task` when the server made one.
 
         Args:
             progress: called with the params of each ``notifications/progress`` of this call,
                 in order, off the client's threads (the client adds ``_meta.progressToken``).
                 Progress does not extend ``timeout``.
-            task: True (or ``{"ttl": ms}``): ask the server to run the call as a task
-                (MCP 2025-11-25 tasks); the server must support task-augmented ``tools/call``.
+            task: True (or ``{"ttl": ms}``, MCP 2025-11-25 only): let the server run the call as
+                a task, when it says it can (2025-11-25: ``tasks.requests.tools.call``; 2026-07-28:
+                the ``io.modelcontextprotocol/tasks`` extension); else the call runs plainly. A
+                server that runs it at once answers the result dict, which is returned as is.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
@@ -223,18 +225,24 @@ class ServerCalls:
         if task is not False and task is not True and not isinstance(task, dict):
             raise TypeError(f"task must be True, False or a dict like {{'ttl': 60000}}, got {task!r}")
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
-        if task is not False:
-            params["task"] = {} if task is True else dict(task)
-            if self.era == "modern":
-                capabilities = with_tasks_extension(self._host.abilities.capabilities(), True)
-                params["_meta"] = {META_CLIENT_CAPABILITIES: capabilities}
+        modern = self.era == "modern"
+        asks = task is not False and tasks_advertised(self._shared.server_capabilities, self.era)
+        modern_meta = {META_CLIENT_CAPABILITIES: with_tasks_extension(self._host.abilities.capabilities(), True)}
+        if asks and modern:  # 2026-07-28: the server decides; declaring the extension lets it
+            params["_meta"] = modern_meta
+        elif asks:
+            params["task"] = dict(task) if isinstance(task, dict) else {}
         result = self._interactive("tools/call", params, timeout, progress)
-        if task is False:
+        created = created_task(result) if task is not False else None
+        if created is None:
             return result
-        created = result.get("task") if isinstance(result, dict) else None
-        if not isinstance(created, dict):
-            raise ProtocolError(f"tools/call as a task returned no task object: {peer_text(result)}")
-        handle = Task(self, created, self._host.tasks.pop)
+        handle = Task(
+            self,
+            created,
+            self._host.tasks.pop,
+            modern_meta=modern_meta if modern else None,
+            answer=lambda requests: self._answer_inputs("tasks/get", requests),
+        )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
 

@@ -19,7 +19,8 @@ from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._inbox import LatestInbox, catalog_key
 from .._delivery._targets import deliver, resolve_subscriber
-from .._protocol._errors import Error
+from .._protocol._errors import Error, RequestError
+from .._protocol._jsonrpc import METHOD_NOT_FOUND
 from .._protocol._messages import (
     CLOSED,
     NOTIFICATION,
@@ -138,9 +139,14 @@ class Catalog(Handle):
         flt = {_FILTER_KEYS[kind]: True for kind in self.kinds or KINDS[:1]}
         feed = _Feed(self._events)
         if self.client.era == "modern":
-            handle: Handle = self.client.listen(flt, subscriber=feed, timeout=self._timeout)
-        else:
-            handle = self.client.watch(flt, subscriber=feed, timeout=self._timeout)
+            try:
+                listened: Handle = self.client.listen(flt, subscriber=feed, timeout=self._timeout)
+                return listened
+            except RequestError as exc:
+                if exc.code != METHOD_NOT_FOUND:
+                    raise
+                # Nothing to listen to (-32601): a watch still connects, and has nothing to push.
+        handle: Handle = self.client.watch(flt, subscriber=feed, timeout=self._timeout)
         return handle
 
     def _close_source(self) -> None:

@@ -110,6 +110,13 @@ class Client(ServerCalls, CatalogCalls):
         return self._shared.instructions
 
     @property
+    def discover_result(self) -> dict[str, Any] | None:
+        """The ``server/discover`` result of a 2026-07-28 connection (None on a legacy one):
+        keep it, and ``connect(..., discover_result=...)`` connects with no round trip."""
+        result = self._shared.discover_result
+        return None if result is None else dict(result)
+
+    @property
     def actor_ref(self) -> pykka.ActorRef[Any]:
         """The client actor, for hosts that want to watch it (``actor_ref.actor_stopped``)."""
         return self._ref

@@ -17,7 +17,7 @@ from .._auth import OAuth
 from .._protocol._backoff import Backoff
 from .._protocol._config import SessionConfig
 from .._protocol._errors import ConnectError
-from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode
+from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode, check_discover_result
 from .._protocol._host_checks import check_roots
 from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._client_actor import ClientActor, Start
@@ -135,6 +135,7 @@ def connect(
     inherit_env: bool = False,
     name: str | None = None,
     auth: OAuth | None = None,
+    discover_result: dict[str, Any] | None = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
 
@@ -163,6 +164,9 @@ def connect(
         auth: an :class:`~exmcp_actors.OAuth` for a server that requires authorization (HTTP
             and WebSocket URLs). An interactive authorization happens inside the connection's
             first request: give ``connect_timeout`` room for the user.
+        discover_result: a ``server/discover`` result kept from an earlier connection
+            (:attr:`Client.discover_result`): the first connection adopts it with no round trip
+            (``auto`` or ``modern``); a reconnect probes afresh.
 
     Raises:
         ConnectError: the transport could not be opened or the handshake failed.
@@ -184,6 +188,10 @@ def connect(
     connect_wait = check_timeout("connect_timeout", connect_timeout)
     # One deadline for the whole call, whatever stage hangs: every wait below ends by it.
     deadline = time.monotonic() + connect_wait
+    if discover_result is not None:
+        if protocol == "legacy":
+            raise ValueError("discover_result is a 2026-07-28 result: it needs protocol='auto' or 'modern'")
+        discover_result = dict(check_discover_result(discover_result))
     for what, handler in (("sampling", sampling), ("elicitation", elicitation)):
         if handler is not None and not callable(handler):
             raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
@@ -202,6 +210,7 @@ def connect(
         stage_timeout=connect_wait,
         host=host.abilities,
         roots=host.roots,
+        discover_result=discover_result,
     )
     config = Config(built, connect_wait, session, host, connect_deadline=deadline)
     request_wait = check_timeout("request_timeout", request_timeout)

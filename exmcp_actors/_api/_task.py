@@ -1,9 +1,17 @@
-"""``mcp.Task``: a tool call the server runs as a task (the MCP 2025-11-25 tasks utility).
+"""``mcp.Task``: a tool call the server runs as a task, in either era's shape.
 
-``client.call_tool(name, arguments, task=True)`` returns one. Its status follows
-``notifications/tasks/status`` (and ``tasks/get`` answers); iterating it yields each
-status notification as ``Notification(task, "notifications/tasks/status", params)``
-until a terminal status arrives.
+``client.call_tool(name, arguments, task=True)`` returns one when the server made a task.
+
+* MCP 2025-11-25 (the tasks utility): the status follows ``notifications/tasks/status``
+  and ``tasks/get`` answers; :meth:`Task.result` blocks in ``tasks/result``.
+* MCP 2026-07-28 (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663): there is no
+  ``tasks/result`` and nothing is pushed unless a ``listen()`` names the task: the handle
+  polls ``tasks/get`` (honouring ``pollIntervalMs``), whose answer inlines the result or
+  the error, answers the ``inputRequests`` of an ``input_required`` task with the host's
+  handlers through ``tasks/update``, and takes ``notifications/tasks`` from listens.
+
+Iterating a task yields each status change as ``Notification(task, method, params)`` (the
+era's method) until a terminal status arrives.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
-from .._protocol._filters import TASK_STATUS
+from .._protocol._filters import TASK_NOTIFICATION, TASK_STATUS
 from .._protocol._host_checks import TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
 from .._protocol._messages import NOTIFICATION, Notification
@@ -23,12 +31,24 @@ from .._protocol._peer_text import peer_text
 from .._util._checks import check_timeout
 
 _END = object()
+#: How often a 2026-07-28 task is polled when the server suggests no ``pollIntervalMs``.
+DEFAULT_POLL_INTERVAL = 0.5
+#: The shortest poll interval taken from a server (one asking 0 would make a busy loop).
+MIN_POLL_INTERVAL = 0.01
+#: Fields of an answer that describe the answer, not the task.
+_ANSWER_ONLY = ("resultType",)
+#: Fields only a ``tasks/get`` answer (or a pushed status) may carry.
+_POLL_ONLY = ("result", "error", "inputRequests")
 
 
 class TaskClient(Protocol):
     """What a task uses of its client: raw requests."""
 
     def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any: ...
+
+
+#: ``answer(requests)``: the host's responses to a 2026-07-28 task's ``inputRequests``.
+InputAnswerer = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class Task:
@@ -38,16 +58,33 @@ class Task:
         task_id: the server's id for it.
     """
 
-    def __init__(self, client: TaskClient, task: dict[str, Any], forget: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: TaskClient,
+        task: dict[str, Any],
+        forget: Callable[[str], None] | None = None,
+        *,
+        modern_meta: dict[str, Any] | None = None,
+        answer: InputAnswerer | None = None,
+    ) -> None:
         task_id = task.get("taskId")
         if not isinstance(task_id, str) or not task_id:
             raise ProtocolError(f"the server's CreateTaskResult has no taskId string: {peer_text(task)}")
         self.task_id: str = task_id
         self._client = client
+        #: 2026-07-28: the ``_meta`` every ``tasks/*`` request carries (it declares the extension).
+        self._modern_meta = modern_meta
+        self._answer = answer
+        self._method = TASK_STATUS if modern_meta is None else TASK_NOTIFICATION
         self._lock = threading.Lock()
-        self._info: dict[str, Any] = dict(task)
+        # A CreateTaskResult's result, error or inputRequests MUST NOT be used (SEP-2663).
+        self._info: dict[str, Any] = {k: v for k, v in _task_fields(task).items() if k not in _POLL_ONLY}
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ended = threading.Event()
+        #: Notified whenever a status is noted or the task ends (a poll waits on it).
+        self._arrived = threading.Condition()
+        #: ``inputRequests`` keys given to the host already (answered, or being answered).
+        self._answered: set[str] = set()
         #: ``forget(task_id)``: the client stops routing statuses to this task once it ended.
         self._forget = forget
 
@@ -62,7 +99,7 @@ class Task:
 
     @property
     def info(self) -> dict[str, Any]:
-        """The last known task object (``statusMessage``, ``pollInterval``, ``ttl``, ...)."""
+        """The last known task object (``statusMessage``, ``pollInterval`` or ``pollIntervalMs``, ...)."""
         with self._lock:
             return dict(self._info)
 
@@ -76,11 +113,14 @@ class Task:
         return changed
 
     def _status_noted(self, params: dict[str, Any]) -> None:
-        """A ``notifications/tasks/status`` for this task (or a ``tasks/get`` answer)."""
-        if self._noted(params):
-            self._inbox.put(Notification(NOTIFICATION, self, TASK_STATUS, params))
+        """A status notification for this task (or a ``tasks/get`` answer)."""
+        fields = _task_fields(params)
+        if self._noted(fields):
+            self._inbox.put(Notification(NOTIFICATION, self, self._method, fields))
         if params.get("status") in TERMINAL_TASK_STATES:
             self._end()
+        with self._arrived:
+            self._arrived.notify_all()
 
     def _end(self) -> None:
         """No more statuses: a terminal one came, or the client closed."""
@@ -89,24 +129,54 @@ class Task:
             self._inbox.put(_END)
             if self._forget is not None:
                 self._forget(self.task_id)
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def _ask(self, method: str, timeout: float | None, extra: dict[str, Any] | None = None) -> Any:
+        params: dict[str, Any] = {"taskId": self.task_id, **(extra or {})}
+        if self._modern_meta is not None:
+            params["_meta"] = dict(self._modern_meta)
+        return self._client.request(method, params, timeout=timeout)
 
     def refresh(self, *, timeout: float | None = None) -> str:
-        """``tasks/get``: the current status (also updates :attr:`status`)."""
-        answer = self._client.request("tasks/get", {"taskId": self.task_id}, timeout=timeout)
+        """``tasks/get``: the current status (also updates :attr:`status`). On 2026-07-28, the
+        ``inputRequests`` of an ``input_required`` task are answered here too."""
+        answer = self._ask("tasks/get", timeout)
         if isinstance(answer, dict) and isinstance(answer.get("status"), str):
             self._status_noted({**answer, "taskId": self.task_id})
+            if self._modern_meta is not None and answer["status"] == "input_required":
+                self._give_input(answer.get("inputRequests"), timeout)
         return self.status
+
+    def _give_input(self, requests: Any, timeout: float | None) -> None:
+        """Answer the input requests the host has not seen yet, with one ``tasks/update``."""
+        if not isinstance(requests, dict) or self._answer is None:
+            return
+        with self._lock:
+            fresh = {key: value for key, value in requests.items() if key not in self._answered}
+            self._answered.update(fresh)
+        if not fresh:
+            return
+        try:
+            responses = self._answer(fresh)
+        except BaseException:
+            with self._lock:
+                self._answered.difference_update(fresh)  # a later poll may try them again
+            raise
+        self._ask("tasks/update", timeout, {"inputResponses": responses})
 
     def result(self, timeout: float | None = None) -> Any:
         """Block until the task is terminal; return its CallToolResult dict.
 
         Raises:
-            RequestError: the task failed (or the server answered ``tasks/result`` with an error).
+            RequestError: the task failed or was cancelled (or the server answered with an error).
             RequestTimeout: not terminal within ``timeout`` seconds (None: wait as long as it takes).
         """
         deadline = None if timeout is None else time.monotonic() + check_timeout("timeout", timeout)
+        if self._modern_meta is not None:
+            return self._polled_result(deadline)
         while True:
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            wait = _left(deadline)
             try:
                 answer = self._client.request("tasks/result", {"taskId": self.task_id}, timeout=wait)
                 break
@@ -114,20 +184,65 @@ class Task:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
         if self.status not in TERMINAL_TASK_STATES:
-            self.refresh(timeout=None if deadline is None else max(deadline - time.monotonic(), 0.001))
+            self.refresh(timeout=_left(deadline))
         if self.status == "failed":
             message = self.info.get("statusMessage") or f"task {self.task_id} failed"
             raise RequestError(INTERNAL_ERROR, str(message), data=answer)
         return answer
 
+    def _polled_result(self, deadline: float | None) -> Any:
+        """2026-07-28: poll ``tasks/get`` until terminal; the answer inlines the outcome."""
+        while self.status not in TERMINAL_TASK_STATES:
+            self.refresh(timeout=_left(deadline))
+            if self.status not in TERMINAL_TASK_STATES:
+                self._wait_for_news(deadline, lambda: self.status in TERMINAL_TASK_STATES)
+        info = self.info
+        if info["status"] == "completed":
+            outcome = info.get("result")
+            if not isinstance(outcome, dict):  # a pushed status may leave it out; tasks/get must not
+                again = self._ask("tasks/get", _left(deadline))
+                outcome = again.get("result") if isinstance(again, dict) else None
+            if not isinstance(outcome, dict):
+                raise ProtocolError(f"task {self.task_id} completed without a result object: {info!r}")
+            return outcome
+        error = info.get("error")
+        if info["status"] == "failed" and isinstance(error, dict) and isinstance(error.get("code"), int):
+            raise RequestError(error["code"], str(error.get("message", "")), data=error.get("data"))
+        message = info.get("statusMessage") or f"task {self.task_id} was {info['status']}"
+        raise RequestError(INTERNAL_ERROR, str(message), data=info)
+
+    def _wait_for_news(self, deadline: float | None, done: Callable[[], bool]) -> None:
+        """Wait one poll interval, or less if ``done()`` turns true (a pushed status);
+        RequestTimeout once the deadline has passed."""
+        left = _left(deadline)
+        if left is not None and left <= 0.001:
+            raise RequestTimeout(f"task {self.task_id} is still {self.status}")
+        interval = self.info.get("pollIntervalMs")
+        wait = DEFAULT_POLL_INTERVAL
+        if isinstance(interval, (int, float)) and not isinstance(interval, bool):
+            wait = max(interval / 1000.0, MIN_POLL_INTERVAL)
+        with self._arrived:
+            self._arrived.wait_for(lambda: done() or self._ended.is_set(), wait if left is None else min(wait, left))
+
     def cancel(self, *, timeout: float | None = None) -> None:
         """``tasks/cancel``."""
-        answer = self._client.request("tasks/cancel", {"taskId": self.task_id}, timeout=timeout)
+        answer = self._ask("tasks/cancel", timeout)
         if isinstance(answer, dict) and isinstance(answer.get("status"), str):
             self._status_noted({**answer, "taskId": self.task_id})
 
     def get(self, timeout: float | None = None) -> Notification:
-        """The next status notification; ``queue.Empty`` on timeout or once the task has ended."""
+        """The next status notification; ``queue.Empty`` on timeout or once the task has ended.
+        On 2026-07-28 waiting polls ``tasks/get``, since nothing else may report the task."""
+        if self._modern_meta is not None and not self._ended.is_set() and self._inbox.empty():
+            deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                while self._inbox.empty() and not self._ended.is_set():
+                    self.refresh(timeout=_left(deadline))
+                    if self._inbox.empty():
+                        self._wait_for_news(deadline, lambda: not self._inbox.empty())
+            except RequestTimeout:
+                raise queue.Empty from None
+            timeout = 0.001
         item = self._inbox.get(timeout=timeout) if not self._ended.is_set() or not self._inbox.empty() else _END
         if item is _END:
             self._inbox.put(_END)
@@ -141,3 +256,12 @@ class Task:
                 yield self.get()
             except queue.Empty:
                 return
+
+
+def _task_fields(answer: dict[str, Any]) -> dict[str, Any]:
+    """The task object in an answer (``CreateTaskResult`` and ``tasks/get`` put it at the top)."""
+    return {key: value for key, value in answer.items() if key not in _ANSWER_ONLY}
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.monotonic(), 0.001)

@@ -23,6 +23,8 @@ class SessionConfig:
     #: Which server requests the host answers; ``capabilities`` is what that advertises.
     host: HostAbilities = field(default_factory=HostAbilities)
     roots: list[dict[str, Any]] = field(default_factory=list)
+    #: A ``server/discover`` result the host kept: the first connection adopts it unprobed.
+    discover_result: dict[str, Any] | None = None
 
     @property
     def capabilities(self) -> dict[str, Any]:

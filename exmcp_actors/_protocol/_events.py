@@ -299,6 +299,8 @@ class TransportNegotiated(NamedTuple):
 
     protocol_version: str
     era: str
+    #: What the server advertised (HTTP: whether a server with no GET stream promises pushes).
+    capabilities: dict[str, Any]
 
 
 class FetchSnapshot(NamedTuple):

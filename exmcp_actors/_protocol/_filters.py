@@ -31,6 +31,10 @@ RESOURCES_LIST_CHANGED = "notifications/resources/list_changed"
 RESOURCE_UPDATED = "notifications/resources/updated"
 LOG_MESSAGE = "notifications/message"
 TASK_STATUS = "notifications/tasks/status"
+#: The tasks extension's push on 2026-07-28 (SEP-2663); ``TASK_STATUS`` is the 2025-11-25 one.
+TASK_NOTIFICATION = "notifications/tasks"
+#: Task statuses a ``taskIds`` listen hears: the extension's method, and the older drafts' name.
+TASK_NOTIFICATIONS: frozenset[str] = frozenset((TASK_NOTIFICATION, TASK_STATUS))
 
 #: list_changed method -> the filter key that enables it.
 CATEGORY_OF_METHOD: dict[str, str] = {
@@ -41,7 +45,7 @@ CATEGORY_OF_METHOD: dict[str, str] = {
 }
 
 #: Every notification method a filter can enable.
-FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED, TASK_STATUS))
+FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED, *TASK_NOTIFICATIONS))
 
 _LIST_CHANGED: Final = frozenset((TOOLS_LIST_CHANGED, PROMPTS_LIST_CHANGED, RESOURCES_LIST_CHANGED))
 
@@ -98,7 +102,7 @@ class NotificationFilter:
             if not isinstance(uri, str):
                 return False
             return uri_within(uri, self.uris) if sub_resources else uri in self.uris
-        if method == TASK_STATUS and self.task_ids:
+        if method in TASK_NOTIFICATIONS and self.task_ids:
             return isinstance(params, dict) and params.get("taskId") in self.task_ids
         return False
 

@@ -6,8 +6,10 @@ It moves the connection into the PROBING and INITIALIZING phases of the state
 table in ``_state.py``; the session makes it READY on ``Negotiated``::
 
     start(auto|modern) -> PROBING --discover result--> READY (modern)
+                            | -32020, -32021: a modern server refused the probe --> Failed
                             | any other error, a failed exchange, a timeout (auto) --> INITIALIZING
     start(legacy) -------> INITIALIZING --result--> READY (legacy) (+ notifications/initialized)
+    start(auto|modern, with a known discover result) -> PROBING -> READY (modern), nothing sent
                             | -32022 (a late probe locked the peer modern) --> PROBING (once)
     a bad answer: Failed (the session decides whether to retry or close)
 """
@@ -18,7 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._errors import ConnectError, error_term
-from ._jsonrpc import UNSUPPORTED_VERSION, Answer, ErrorResponse, RequestBuilder, RequestFailed, notification
+from ._jsonrpc import (
+    MODERN_ONLY_ERRORS,
+    UNSUPPORTED_VERSION,
+    Answer,
+    ErrorResponse,
+    RequestBuilder,
+    RequestFailed,
+    notification,
+)
 from ._peer_text import peer_text
 from ._state import ConnectionState, Move, Phase
 from ._versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, MODERN_VERSIONS, Era, era_of
@@ -91,6 +101,24 @@ def with_modern_meta(
     return merged
 
 
+def check_discover_result(result: Any) -> dict[str, Any]:
+    """A ``server/discover`` result the host hands back (``connect(discover_result=...)``), checked.
+
+    Raises:
+        TypeError: not a dict.
+        ValueError: it lists no version this client speaks in the 2026-07-28 era.
+    """
+    if not isinstance(result, dict):
+        raise TypeError(f"discover_result must be a server/discover result dict, got {type(result).__name__}")
+    versions = result.get("supportedVersions")
+    if not isinstance(versions, list) or not any(v in MODERN_VERSIONS for v in versions):
+        raise ValueError(
+            f"discover_result lists no version this client speaks ({MODERN_VERSION}): "
+            f"supportedVersions is {peer_text(versions)}"
+        )
+    return result
+
+
 def _supported_versions(data: Any) -> list[str] | None:
     supported = data.get("supported") if isinstance(data, dict) else None
     if isinstance(supported, list) and all(isinstance(v, str) for v in supported):
@@ -108,6 +136,7 @@ class Handshake:
         ids: RequestBuilder,
         connection: ConnectionState | None = None,
         capabilities: dict[str, Any] | None = None,
+        known: dict[str, Any] | None = None,
     ) -> None:
         if mode not in PROTOCOL_MODES:
             raise ValueError(f"protocol must be one of {PROTOCOL_MODES}, got {mode!r}")
@@ -120,6 +149,8 @@ class Handshake:
         self._started = False
         self._outstanding: Any = None
         self._reprobed = False
+        #: A discover result the host kept (checked by :func:`check_discover_result`): adopted, not asked.
+        self._known = known
 
     @property
     def state(self) -> Phase:
@@ -133,6 +164,9 @@ class Handshake:
         self._started = True
         if self.mode == "legacy":
             return self._initialize()
+        if self._known is not None:
+            self._connection.move(Move.PROBE)
+            return self._discovered(self._known)
         return self._probe()
 
     def owns(self, request_id: Any) -> bool:
@@ -195,10 +229,19 @@ class Handshake:
                         reason=("unsupported_protocol_version", supported),
                     )
                 return self._initialize()
-            if self.mode == "modern":
-                return self._fail(f"server/discover failed: {answer.code} {peer_text(answer.message)}")
+            if self.mode == "modern" or answer.code in MODERN_ONLY_ERRORS:
+                # Only a 2026-07-28 server answers -32020 or -32021: initialize would only
+                # hide why it refused.
+                return self._fail(
+                    f"server/discover failed: {answer.code} {peer_text(answer.message)}"
+                    f"{'' if answer.data is None else ' ' + peer_text(answer.data)}",
+                    reason=("discover_failed", answer.code),
+                )
             return self._initialize()  # any other error is evidence of a legacy server
-        result = answer.result
+        return self._discovered(answer.result)
+
+    def _discovered(self, result: Any) -> list[Action]:
+        """A discover result (answered now, or known from before): modern, or a fallback."""
         versions = result.get("supportedVersions") if isinstance(result, dict) else None
         if not isinstance(versions, list) or not any(v in MODERN_VERSIONS for v in versions):
             if self.mode == "modern":

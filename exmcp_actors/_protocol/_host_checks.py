@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._filters import LOG_MESSAGE, TASK_STATUS
+from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._peer_text import peer_text
 
 SAMPLING = "sampling/createMessage"
@@ -25,7 +25,7 @@ CANCELLED = "notifications/cancelled"
 ROOTS_CHANGED = "notifications/roots/list_changed"
 
 #: Notifications the session reads itself rather than only routing them to listeners.
-SESSION_NOTIFICATIONS: frozenset[str] = frozenset((PROGRESS, CANCELLED, LOG_MESSAGE, TASK_STATUS))
+SESSION_NOTIFICATIONS: frozenset[str] = frozenset((PROGRESS, CANCELLED, LOG_MESSAGE, *TASK_NOTIFICATIONS))
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 TASK_STATES: frozenset[str] = frozenset(("working", "input_required", "completed", "failed", "cancelled"))
@@ -76,6 +76,29 @@ def with_tasks_extension(capabilities: dict[str, Any], wanted: bool) -> dict[str
         return capabilities
     extensions = {**capabilities.get("extensions", {}), TASKS_EXTENSION: {}}
     return {**capabilities, "extensions": extensions}
+
+
+def tasks_advertised(capabilities: dict[str, Any], era: str | None) -> bool:
+    """Whether the server takes a ``tools/call`` as a task: on 2026-07-28 it lists the tasks
+    extension; on 2025-11-25 it has ``tasks.requests.tools.call`` (a client MUST NOT ask otherwise)."""
+    if era == "modern":
+        extensions = capabilities.get("extensions")
+        return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+    tasks = capabilities.get("tasks")
+    requests = tasks.get("requests") if isinstance(tasks, dict) else None
+    tools = requests.get("tools") if isinstance(requests, dict) else None
+    return isinstance(tools, dict) and isinstance(tools.get("call"), dict)
+
+
+def created_task(result: Any) -> dict[str, Any] | None:
+    """The task a ``tools/call`` answer made, or None for a plain result: 2026-07-28 puts it at
+    the top with ``resultType: "task"``, 2025-11-25 under ``task``."""
+    if not isinstance(result, dict):
+        return None
+    if result.get("resultType") == "task":
+        return result
+    task = result.get("task")
+    return task if isinstance(task, dict) else None
 
 
 def check_request(method: str, params: Any) -> str | None:

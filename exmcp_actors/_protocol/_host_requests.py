@@ -18,7 +18,7 @@ from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
-from ._filters import LOG_MESSAGE, TASK_STATUS
+from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._host_checks import (
     CANCELLED,
     PROGRESS,
@@ -128,7 +128,7 @@ class HostRequests:
             why = check_progress(params)
             if why is None:
                 self.effects.do(ev.ProgressNoted(params))
-        elif method == TASK_STATUS:
+        elif method in TASK_NOTIFICATIONS:
             why = check_task_status(params)
             if why is None:
                 self.effects.do(ev.TaskStatusNoted(params))

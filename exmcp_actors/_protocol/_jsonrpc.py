@@ -61,6 +61,12 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 #: MCP 2026-07-28: the requested protocol version is not supported.
 UNSUPPORTED_VERSION = -32022
+#: MCP 2026-07-28: a standard header disagrees with the body (HTTP 400).
+HEADER_MISMATCH = -32020
+#: MCP 2026-07-28: the request needs a client capability it did not declare.
+MISSING_CLIENT_CAPABILITY = -32021
+#: Errors only a 2026-07-28 server answers: whoever sends one speaks that revision.
+MODERN_ONLY_ERRORS: frozenset[int] = frozenset((UNSUPPORTED_VERSION, HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY))
 
 
 @dataclass(frozen=True, slots=True)

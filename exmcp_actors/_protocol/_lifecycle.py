@@ -120,8 +120,10 @@ class Lifecycle:
         if not self._current(message.generation):
             return
         self._awaiting_reader, self._unarmed_probe = message.reading_reported, None
+        # A discover result the host kept stands for the first connection; a reconnect asks afresh.
+        known = None if self.connection.was_ready else self.config.discover_result
         self.handshake = Handshake(
-            self.config.mode, self.config.client_info, self._ids, self.connection, self.config.capabilities
+            self.config.mode, self.config.client_info, self._ids, self.connection, self.config.capabilities, known
         )
         self._run_handshake(self.handshake.start())
 
@@ -168,11 +170,16 @@ class Lifecycle:
                 else:
                     self._arm_probe_timer(action.request_id)
             elif isinstance(action, Negotiated):
+                self._enter_handshake_stage()  # a kept discover result negotiates with nothing asked
                 self._negotiated(action)
             elif isinstance(action, Failed):
                 logger.warning("%s: handshake failed: %s", self.name, action.error)
                 self._drop_connection()
                 self._attempt_failed(action.error)
+        self._enter_handshake_stage()
+
+    def _enter_handshake_stage(self) -> None:
+        """The handshake's phase is a stage under a deadline (entering it again is no move)."""
         stage = _HANDSHAKE_STAGES.get(self.connection.phase)
         if stage is not None and self.handshake is not None:
             self.stages.enter(stage, self.generation)
@@ -212,7 +219,7 @@ class Lifecycle:
     def _negotiated(self, result: Negotiated) -> None:
         previous_era = self.era
         self.negotiated = result
-        self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era))
+        self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era, result.capabilities))
         first = not self.connection.was_ready
         self.connection.move(Move.NEGOTIATED)
         logger.info("%s: ready, MCP %s (%s era)", self.name, result.protocol_version, result.era)

@@ -221,6 +221,7 @@ ENTRY_STARTS: Final = frozenset({EntryState.PENDING, EntryState.ACTIVE, EntrySta
 #:     legacy   PENDING ──activated──> ACTIVE
 #:                 └──its subscriber died──> DEAD
 #:     modern   AWAITING_ACK ──acknowledged──> LIVE ──stream dropped──> RELISTENING
+#:              AWAITING_ACK or RELISTENING ──no listen (-32601)──> LIVE   (a watch, hearing nothing)
 #:              RELISTENING ──acknowledged──> RESYNCING ──snapshot──> LIVE   (a subscription)
 #:              RELISTENING ──acknowledged──> LIVE                          (a watch: no snapshot)
 #:     PENDING or ACTIVE ──the peer turned modern──> RELISTENING   (a watch carries on modern)

@@ -3,7 +3,9 @@ re-listen and resync after a drop.
 
 An entry waits for its acknowledgment (``awaiting_ack``), which must not be
 wider than the request; it is then ``live`` and delivers the events inside the
-acknowledged filter. When its stream drops (the connection, or on HTTP its own
+acknowledged filter. A watch on a server with nothing to listen to (it answers the
+listen with -32601, as it may) is ``live`` too, with an empty acknowledged filter and
+no stream: it has nothing to push, and a reconnect asks again. When its stream drops (the connection, or on HTTP its own
 stream) it is ``relistening`` until a new listen is acknowledged, then
 ``resyncing`` while the snapshot is refetched off the actor (a watch skips the
 snapshot and reports ``Reconnected``), then ``live`` again. Events that arrive
@@ -33,7 +35,7 @@ from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
-from ._jsonrpc import Answer, RequestBuilder, RequestFailed, Response
+from ._jsonrpc import METHOD_NOT_FOUND, Answer, ErrorResponse, RequestBuilder, RequestFailed, Response
 from ._peer_text import peer_text
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
@@ -233,6 +235,10 @@ class Subscriptions:
                 return
             registry.close(entry, ("complete", msg.result))
             return
+        no_listen = isinstance(msg, ErrorResponse) and msg.code == METHOD_NOT_FOUND and entry.kind == "watch"
+        if no_listen and entry.state in (EntryState.AWAITING_ACK, EntryState.RELISTENING):
+            self._nothing_to_listen(entry)
+            return
         error = msg.error if isinstance(msg, RequestFailed) else RequestError(msg.code, msg.message, msg.data)
         if isinstance(error, TransportError) and entry.state is not EntryState.AWAITING_ACK:
             # HTTP: this subscription's stream dropped, or its re-listen could not reach the
@@ -254,6 +260,31 @@ class Subscriptions:
                 entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error_term(error)))
             )
         registry.close(entry, ("error", error_term(error)))
+
+    def _nothing_to_listen(self, entry: Entry) -> None:
+        """The server has no ``subscriptions/listen`` (-32601): the watch is live all the same,
+        acknowledged for nothing, with no stream; after a reconnect it reports like any watch."""
+        logger.info(
+            "%s: the server has no subscriptions/listen (-32601): %r has nothing to listen to",
+            self._name,
+            entry.handle,
+        )
+        if entry.listen_id is not None:
+            self._registry.by_listen_id.pop(entry.listen_id, None)
+            entry.listen_id = None
+        handle = entry.handle
+        handle.subscription_id = None
+        handle.acknowledged_filter = {}
+        entry.acknowledged = NotificationFilter()
+        if entry.state is EntryState.AWAITING_ACK:
+            entry.to(EntryState.LIVE)
+            future, entry.ack_future = entry.ack_future, None
+            self._fx.resolve(future, entry.acknowledged)
+        else:
+            self._relistened(handle.id)
+            self._registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, {"resubscribed": [], "failed": []}))
+            entry.to(EntryState.LIVE)
+        entry.held = []
 
     # -- drops, re-listens and resyncs -----------------------------------------------------
 

@@ -191,6 +191,7 @@ class Shell:
             shared.server_info = negotiated.server_info
             shared.server_capabilities = negotiated.capabilities
             shared.instructions = negotiated.instructions
+            shared.discover_result = negotiated.raw if negotiated.era == "modern" else None
         if life.connect_error is not None:
             shared.connect_error = life.connect_error
         shared.status = life.connection.status
@@ -314,6 +315,7 @@ class Shell:
 
     def _transport_negotiated(self, session: Session, effect: ev.TransportNegotiated) -> None:
         try:
+            self.transport.server_capabilities(effect.capabilities)
             self.transport.negotiated(effect.protocol_version, effect.era)
         except Exception:
             logger.exception("%s: transport rejected the negotiated version", self.name)

@@ -22,6 +22,8 @@ class SharedState:
     server_info: dict[str, Any] = field(default_factory=dict)
     server_capabilities: dict[str, Any] = field(default_factory=dict)
     instructions: str | None = None
+    #: The ``server/discover`` result of a 2026-07-28 connection (None on a legacy one).
+    discover_result: dict[str, Any] | None = None
     generation: int = 0
     ready: threading.Event = field(default_factory=threading.Event)
     connect_error: BaseException | None = None

@@ -86,6 +86,10 @@ class Transport(abc.ABC):
         """
         return False
 
+    def server_capabilities(self, capabilities: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Told the server's capabilities after the handshake, just before :meth:`negotiated`;
+        HTTP warns when a server that cannot push advertises notifications."""
+
     def negotiated(self, protocol_version: str, era: str) -> None:  # noqa: B027 - optional hook
         """Told after the handshake; HTTP uses it for headers and the GET stream."""
 

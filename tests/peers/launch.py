@@ -3,6 +3,8 @@
 ``start_peer("ws" | "http")`` spawns a listening peer and waits for its
 ``LISTENING <port>`` line; ``start_peer("stdio")`` spawns nothing (a stdio
 peer is spawned by the client under test) and only carries ``argv``/``cwd``.
+A :class:`Peer` given a ``command`` runs another server the same way (the
+TypeScript and fastmcp peers), as long as it prints the same line.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import atexit
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -51,6 +53,13 @@ class Peer:
     extra_args: tuple[str, ...] = ()
     port: int | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: ``command(port)``: the argv of another server than sdk_server.py (None: it).
+    command: Callable[[int | None], list[str]] | None = field(default=None, repr=False)
+
+    def _argv(self, port: int | None) -> list[str]:
+        if self.command is not None:
+            return self.command(port)
+        return peer_argv(self.transport, self.era, port, self.extra_args)
 
     @property
     def cwd(self) -> str:
@@ -59,12 +68,7 @@ class Peer:
     @property
     def argv(self) -> list[str]:
         # stdio: what a client should spawn. ws/http: how this peer was started.
-        return peer_argv(
-            self.transport,
-            self.era,
-            self.port if self.transport != "stdio" else None,
-            self.extra_args,
-        )
+        return self._argv(self.port if self.transport != "stdio" else None)
 
     @property
     def url(self) -> str:
@@ -90,7 +94,7 @@ class Peer:
         if self.running:
             raise RuntimeError("peer already running")
         # Port 0 on first start; the same port on restart so reconnecting clients find it.
-        argv = peer_argv(self.transport, self.era, self.port or 0, self.extra_args)
+        argv = self._argv(self.port or 0)
         # stderr is inherited: pytest's fd capture shows the peer's log with a failing test.
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         self.proc = proc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -45,6 +46,8 @@ class Config:
     auth: httpx.Auth | None = None
     #: What the server does wrong, logged at most once per interval and kind for the transport.
     misbehaviour: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(logger), compare=False, repr=False)
+    #: Set once a server that cannot push was warned about: once per transport, not per connection.
+    warned_deaf: threading.Event = field(default_factory=threading.Event)
 
 
 def status_line(response: httpx.Response) -> str:

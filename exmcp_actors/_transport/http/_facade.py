@@ -143,6 +143,13 @@ class HttpTransport(Transport):
         link = self._link
         return link.cancel(request_id) if link is not None else False
 
+    def server_capabilities(self, capabilities: dict[str, Any]) -> None:
+        """Keep what the server advertised: a legacy server with no GET stream that promises
+        notifications is told about at WARNING, once per transport."""
+        link = self._link
+        if link is not None:
+            link.advertised(capabilities)
+
     def negotiated(self, protocol_version: str, era: str) -> None:
         """Use ``protocol_version`` in headers; in the legacy era open the GET stream."""
         link = self._link

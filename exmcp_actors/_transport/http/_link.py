@@ -74,6 +74,9 @@ class Link:
         logger.debug("cancelled the stream of %s", post.describe())
         return post.modern
 
+    def advertised(self, capabilities: dict[str, Any]) -> None:
+        self._session.advertised(capabilities)
+
     def negotiated(self, protocol_version: str, era: str) -> None:
         self._session.negotiated(protocol_version, era)
         if era == "legacy":

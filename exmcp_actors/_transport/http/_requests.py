@@ -30,6 +30,10 @@ _NAME_PARAMS: Final = {
     "tools/call": "name",
     "prompts/get": "name",
     "resources/read": "uri",
+    # The tasks extension routes by task (SEP-2663, Streamable HTTP).
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
 }
 
 

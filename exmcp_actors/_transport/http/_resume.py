@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Final
 import httpx
 
 from ..._protocol._errors import ExchangeFailed
+from ..._util._redact import redact_url
 from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._session import session_gone
 from ._sse import SSEParser
@@ -89,6 +90,23 @@ class GetStreams:
 
     def open(self, headers: httpx.Headers) -> AbstractContextManager[httpx.Response]:
         return self._client.stream("GET", self.cfg.url, headers=headers)
+
+    def no_get_stream(self) -> None:
+        """A legacy server answered GET with 405: unless it promised no pushes, say once that it
+        cannot keep that promise (stateless serving, the TypeScript SDK v2's default, does this)."""
+        promised, cfg = self._session.promised, self.cfg
+        if not promised or cfg.warned_deaf.is_set():
+            return
+        cfg.warned_deaf.set()
+        how = "" if self._session.has_session else " and no session (it serves MCP 2025 statelessly)"
+        logger.warning(
+            "%s advertises %s but has no GET stream (HTTP 405)%s, so it cannot send notifications "
+            "outside a request's response: a legacy watch or listener of it hears nothing "
+            "(if it speaks MCP 2026-07-28, connect with protocol='auto' or 'modern')",
+            redact_url(cfg.url),
+            " and ".join(promised),
+            how,
+        )
 
     def retry_delay(self, parser: SSEParser) -> float:
         """The wait the stream's ``retry:`` asks for, between the floor and ``max_retry_delay``;
@@ -227,6 +245,7 @@ class GetStream:
                     status = response.status_code
                     if status == 405:
                         logger.debug("the server offers no GET stream (405)")
+                        self._streams.no_get_stream()
                         return
                     if not _is_event_stream(response):
                         gone = session_gone(status, _head(response)) if sent_session else None

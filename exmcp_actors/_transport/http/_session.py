@@ -29,7 +29,7 @@ import base64
 import re
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
@@ -38,7 +38,14 @@ from ._config import IO_ERRORS, Config, io_error_text, logger
 if TYPE_CHECKING:
     from ._requests import Post
 
-__all__ = ["MAX_SESSION_ID_BYTES", "HttpSession", "InvalidSessionId", "session_gone", "session_id_from"]
+__all__ = [
+    "MAX_SESSION_ID_BYTES",
+    "HttpSession",
+    "InvalidSessionId",
+    "promised_pushes",
+    "session_gone",
+    "session_id_from",
+]
 
 _ACCEPT_BOTH: Final = "application/json, text/event-stream"
 #: The longest session id kept, in bytes. It goes back on every request, and servers bound a
@@ -84,6 +91,11 @@ class HttpSession:
         self._protocol_version: str | None = None
         #: The negotiated era (read without the lock, as a hint for new messages).
         self.era: str | None = None
+        #: The pushes the server's capabilities promise, in words (see :func:`promised_pushes`).
+        self.promised: list[str] = []
+
+    def advertised(self, capabilities: dict[str, Any]) -> None:
+        self.promised = promised_pushes(capabilities)
 
     def negotiated(self, protocol_version: str, era: str) -> None:
         with self._lock:
@@ -99,6 +111,11 @@ class HttpSession:
     def expired(self) -> None:
         with self._lock:
             self._session_id = None
+
+    @property
+    def has_session(self) -> bool:
+        with self._lock:
+            return self._session_id is not None
 
     def _current(self) -> tuple[str | None, str | None]:
         with self._lock:
@@ -153,6 +170,19 @@ class HttpSession:
             headers["Mcp-Session-Id"] = session_id
         if version:
             headers["MCP-Protocol-Version"] = version
+
+
+def promised_pushes(capabilities: dict[str, Any]) -> list[str]:
+    """What a server's capabilities promise to push, in words (empty: nothing)."""
+    promised = []
+    resources = capabilities.get("resources")
+    if isinstance(resources, dict) and resources.get("subscribe") is True:
+        promised.append("resource subscriptions")
+    for kind in ("tools", "prompts", "resources"):
+        advertised = capabilities.get(kind)
+        if isinstance(advertised, dict) and advertised.get("listChanged") is True:
+            promised.append(f"{kind} list changes")
+    return promised
 
 
 def session_gone(status: int, body: bytes) -> str | None:

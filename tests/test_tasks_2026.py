@@ -1,0 +1,192 @@
+"""Tool calls run as tasks, against the FakeServer: the shape of the ``io.modelcontextprotocol/tasks``
+extension (SEP-2663) on 2026-07-28 connections and of the tasks utility on 2025-11-25 ones, a
+task asked only of a server that advertises tasks, and a plain answer to a task call returned.
+
+What no real peer here does: push ``notifications/tasks`` (fastmcp-tasks only answers polls),
+so those pushes come from the FakeServer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import exmcp_actors as mcp
+from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
+
+TIMEOUT = 5.0
+TASKS = "io.modelcontextprotocol/tasks"
+CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+DONE = {"content": [{"type": "text", "text": "done"}]}
+NAME_REQUEST = {
+    "method": "elicitation/create",
+    "params": {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {"name": {}}}},
+}
+
+
+@pytest.fixture(params=["legacy", "modern"])
+def server(request: pytest.FixtureRequest) -> Iterator[FakeServer]:
+    with FakeServer(era=request.param) as fake:
+        yield fake
+
+
+@pytest.fixture
+def modern() -> Iterator[FakeServer]:
+    with FakeServer(era="modern") as fake:
+        yield fake
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[..., mcp.Client]]:
+    clients: list[mcp.Client] = []
+
+    def make(server: FakeServer, **kwargs: Any) -> mcp.Client:
+        client = mcp.connect(server.transport(), reconnect=False, **kwargs)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.disconnect()
+
+
+def declared_extensions(message: dict[str, Any]) -> dict[str, Any]:
+    extensions: dict[str, Any] = message["params"]["_meta"][CAPABILITIES].get("extensions", {})
+    return extensions
+
+
+def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Run ``fn`` on a thread; the returned call joins it and returns (or raises) its outcome."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(("ok", fn()))
+        except BaseException as error:  # handed to the joining test
+            outcome.append(("error", error))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def join() -> Any:
+        thread.join(TIMEOUT * 2)
+        assert outcome, "the call did not return"
+        kind, value = outcome[0]
+        if kind == "error":
+            raise value
+        return value
+
+    return join
+
+
+def test_a_2026_task_is_made_polled_and_answered_in_the_extensions_shape(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=150)
+    client = connect(modern)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    assert isinstance(task, mcp.Task) and task.task_id == tasks.wait_created()
+    _, call = modern.wait_for("tools/call")
+    assert "task" not in call["params"] and TASKS in declared_extensions(call)
+    result = in_thread(lambda: task.result(timeout=TIMEOUT * 2))
+    modern.wait_for(lambda m: m.get("method") == "tasks/get" and len(tasks.polls.get(task.task_id, [])) >= 3)
+    tasks.complete(task.task_id, DONE)
+    assert result() == DONE
+    polls = tasks.polls[task.task_id]
+    assert all(b - a >= 0.13 for a, b in itertools.pairwise(polls)), polls  # pollIntervalMs honoured
+    assert modern.count("tasks/result") == 0  # the extension has none
+    gets = modern.messages("tasks/get")
+    assert all(TASKS in declared_extensions(m) for m in gets)  # else the server answers -32021
+
+
+def test_a_2026_task_waiting_for_input_gets_it_through_tasks_update(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=20)
+    asked: list[dict[str, Any]] = []
+
+    def elicitation(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        return {"action": "accept", "content": {"name": "Ann"}}
+
+    task = connect(modern, elicitation=elicitation).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    tasks.ask(tasks.wait_created(), {"name": NAME_REQUEST})
+    result = in_thread(lambda: task.result(timeout=TIMEOUT * 2))
+    _, update = modern.wait_for("tasks/update")
+    assert update["params"]["inputResponses"] == {"name": {"action": "accept", "content": {"name": "Ann"}}}
+    assert TASKS in declared_extensions(update)
+    tasks.complete(task.task_id, DONE)
+    assert result() == DONE
+    assert len(asked) == 1 and tasks.updates[task.task_id] == [update["params"]["inputResponses"]]
+
+
+def test_a_2026_task_hears_notifications_tasks_on_a_listen_naming_it(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=60_000)  # only the push can end it in time
+    client = connect(modern)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    assert isinstance(task, mcp.Task)
+    sub = client.listen({"taskIds": [task.task_id]}, timeout=TIMEOUT)
+    _, listen = modern.wait_for("subscriptions/listen")
+    assert TASKS in declared_extensions(listen)
+    result = in_thread(lambda: task.result(timeout=TIMEOUT))
+    modern.wait_for("tasks/get")
+    tasks.complete(task.task_id, DONE)
+    modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
+    event = sub.get(timeout=TIMEOUT)
+    assert (event.method, event.params["taskId"], event.params["status"]) == (
+        "notifications/tasks",
+        task.task_id,
+        "completed",
+    )
+    assert result() == DONE  # taken from the push: no poll was due yet
+    assert modern.count("tasks/get") == 1
+    assert [(n.method, n.params["status"]) for n in task] == [("notifications/tasks", "completed")]
+
+
+def test_a_failed_2026_task_raises_the_error_it_carries(modern: FakeServer, connect: Callable[..., mcp.Client]) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=20)
+    task = connect(modern).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    tasks.fail(task.task_id, "broke", error=FakeError(-32000, "the store lost it"))
+    with pytest.raises(mcp.RequestError, match="the store lost it") as raised:
+        task.result(timeout=TIMEOUT)
+    assert raised.value.code == -32000
+
+
+def test_a_legacy_task_keeps_the_2025_11_25_shape(connect: Callable[..., mcp.Client]) -> None:
+    with FakeServer() as legacy:
+        tasks = FakeTasks(legacy)
+        task = connect(legacy).call_tool("echo", {}, task={"ttl": 1000}, timeout=TIMEOUT)
+        _, call = legacy.wait_for("tools/call")
+        assert call["params"]["task"] == {"ttl": 1000} and "_meta" not in call["params"]
+        tasks.complete(tasks.wait_created(), DONE)
+        assert task.result(timeout=TIMEOUT) == DONE
+        assert legacy.count("tasks/result") == 1
+        assert [n.method for n in task] == ["notifications/tasks/status"]
+
+
+def test_no_task_is_asked_of_a_server_that_advertises_none(
+    server: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    server.on("tools/call", lambda params, ctx: DONE)
+    client = connect(server)
+    assert client.era == server.era
+    assert client.call_tool("echo", {}, task=True, timeout=TIMEOUT) == DONE
+    _, call = server.wait_for("tools/call")
+    assert "task" not in call["params"]
+    if server.era == "modern":
+        assert TASKS not in declared_extensions(call)
+
+
+def test_a_plain_answer_to_a_task_call_is_returned(server: FakeServer, connect: Callable[..., mcp.Client]) -> None:
+    FakeTasks(server)  # tasks advertised, in the shape of each era
+    server.on("tools/call", lambda params, ctx: DONE)  # yet this server runs the call at once
+    client = connect(server)
+    assert client.call_tool("echo", {}, task=True, timeout=TIMEOUT) == DONE
+    _, call = server.wait_for("tools/call")
+    assert ("task" in call["params"]) == (server.era == "legacy")
