@@ -9,6 +9,7 @@ costs one hand-off instead of one per frame.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._protocol._jsonrpc import Frame, InvalidFrame, RequestFailed
@@ -80,6 +81,22 @@ class Transport(abc.ABC):
 
     def negotiated(self, protocol_version: str, era: str) -> None:  # noqa: B027 - optional hook
         """Told after the handshake; HTTP uses it for headers and the GET stream."""
+
+    def mirror_tool_arguments(self, headers_for: Callable[[str, Any], dict[str, str]]) -> bool:
+        """Take ``headers_for(tool_name, arguments)``, the ``Mcp-Param-*`` headers of a
+        ``tools/call``, and whether this transport sends them.
+
+        MCP 2026-07-28 asks it of Streamable HTTP (HTTP returns True and adds them to each
+        modern ``tools/call``); other transports may ignore ``x-mcp-header`` and return False.
+        Called once, before ``open``.
+        """
+        return False
+
+    def auth_context(self) -> str:
+        """Who this transport makes requests as, for caches that must never serve one
+        principal's answers to another: an opaque digest of the credentials it sends (HTTP:
+        the OAuth token last sent), "" when those cannot change while the client lives."""
+        return ""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -1,0 +1,116 @@
+"""The list requests: ``list_tools`` and its kin, every page followed, each page served from
+the session's kept pages while the server's cache hints say it is fresh (``_list_cache``).
+
+:class:`ListCalls` is a mixin of :class:`~exmcp_actors.Client` (through ``ServerCalls``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Final
+
+from .._protocol._errors import ProtocolError, RequestError
+from .._protocol._events import CachedPage, LearnTools, StorePage
+from .._protocol._jsonrpc import INVALID_PARAMS
+from .._protocol._list_cache import cache_hints
+
+if TYPE_CHECKING:
+    from .._runtime._monitor import SessionMonitor
+
+#: Most pages a list_* call follows before deciding the server loops.
+MAX_PAGES: Final = 10_000
+#: What a listing's items are called in its result.
+ITEMS: Final = {
+    "tools/list": "tools",
+    "resources/list": "resources",
+    "prompts/list": "prompts",
+    "resources/templates/list": "resourceTemplates",
+}
+
+
+class ListCalls:
+    """See the module docstring."""
+
+    _monitor: SessionMonitor
+
+    def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
+        raise NotImplementedError
+
+    def _run(self, message: Any, timeout: float | None = None) -> Any:
+        raise NotImplementedError
+
+    def _fetch_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Any:
+        """One page's raw result, cache hints (``ttlMs``, ``cacheScope``) included, as the
+        server sent it: a kept fresh copy when ``cache`` allows, else fetched (and kept per
+        its hints). ``cache=False`` fetches and replaces what is kept."""
+        lookup = self._run(CachedPage(method, cursor, cache))
+        if lookup.hit is not None:
+            return json.loads(lookup.hit)
+        result = self.request(method, {"cursor": cursor} if cursor is not None else None, timeout=timeout)
+        if lookup.ticket is not None:
+            ttl_ms, scope = cache_hints(result)
+            # Nothing to keep, and (after a miss) nothing kept that this page supersedes.
+            if ttl_ms > 0 or not cache:
+                data = json.dumps(result, separators=(",", ":")).encode() if ttl_ms > 0 else b""
+                self._run(StorePage(lookup.ticket, data, ttl_ms, scope))
+        return result
+
+    def _listed_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Any:
+        """One page as a one-page listing returns it: the raw result, hints included, a tools
+        page without the tools the 2026-07-28 ``x-mcp-header`` rules exclude."""
+        result = self._fetch_page(method, cursor, cache=cache, timeout=timeout)
+        if method == "tools/list" and isinstance(result, dict) and isinstance(result.get("tools"), list):
+            result["tools"] = self._run(LearnTools(result["tools"], False))
+        return result
+
+    def _paginate(self, method: str, timeout: float | None, cache: bool) -> list[Any]:
+        try:
+            return self._walk(method, timeout, cache)
+        except RequestError as error:
+            if not cache or error.code != INVALID_PARAMS:
+                raise
+            # A kept page may lead to a cursor the server no longer takes: start afresh once.
+            return self._walk(method, timeout, False)
+
+    def _walk(self, method: str, timeout: float | None, cache: bool) -> list[Any]:
+        key = ITEMS[method]
+        items: list[Any] = []
+        cursor: Any = None
+        seen: set[Any] = set()
+        for _ in range(MAX_PAGES):
+            result = self._fetch_page(method, cursor, cache=cache, timeout=timeout)
+            page = result.get(key) if isinstance(result, dict) else None
+            if not isinstance(page, list):
+                raise ProtocolError(f"{method} result has no {key!r} list: {result!r}")
+            items.extend(page)
+            cursor = result.get("nextCursor")
+            if cursor is None:
+                if method == "tools/list":
+                    kept: list[Any] = self._run(LearnTools(items, True))
+                    return kept
+                return items
+            if cursor in seen:
+                raise ProtocolError(f"{method} repeated the cursor {cursor!r}")
+            seen.add(cursor)
+        raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
+
+    def list_tools(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every tool, all pages followed.
+
+        On MCP 2026-07-28 over Streamable HTTP, tools whose ``x-mcp-header`` annotations are
+        invalid are left out (and logged once). ``cache=False``: fetch every page, whatever
+        is kept (and keep the fresh pages).
+        """
+        return self._paginate("tools/list", timeout, cache)
+
+    def list_resources(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every resource, all pages followed (``cache`` as for :meth:`list_tools`)."""
+        return self._paginate("resources/list", timeout, cache)
+
+    def list_prompts(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every prompt, all pages followed (``cache`` as for :meth:`list_tools`)."""
+        return self._paginate("prompts/list", timeout, cache)
+
+    def list_resource_templates(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every resource template, all pages followed (``cache`` as for :meth:`list_tools`)."""
+        return self._paginate("resources/templates/list", timeout, cache)
