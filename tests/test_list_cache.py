@@ -19,9 +19,9 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._auth import BearerAuth
 from exmcp_actors._protocol._list_cache import MAX_TTL_MS, ListCache, cache_hints
-from exmcp_actors.testing import FakeServer
+from exmcp_actors.testing import FakeError, FakeServer
 from tests.peers.launch import Peer, peer_argv
-from tests.sdk_helpers import TOOLS_CHANGED, TapTransport, eventually, expect_notification, notify
+from tests.sdk_helpers import TOOLS_CHANGED, ClientPool, TapTransport, eventually, expect_notification, notify
 
 TEN_MINUTES = "600000"
 
@@ -32,20 +32,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def clients() -> Iterator[list[mcp.Client]]:
-    made: list[mcp.Client] = []
-    yield made
-    for client in made:
-        client.disconnect()
-
-
-def connect(clients: list[mcp.Client], transport: Any, **kwargs: Any) -> mcp.Client:
-    client = mcp.connect(transport, **kwargs)
-    clients.append(client)
-    return client
 
 
 def walks(tap: TapTransport, method: str = "tools/list") -> int:
@@ -61,7 +47,7 @@ def hinted_peer() -> Iterator[Peer]:
 
 @pytest.mark.parametrize("kind", ["http", "stdio"])
 def test_two_list_tools_inside_a_ten_minute_ttl_make_one_wire_walk(
-    kind: str, hinted_peer: Peer, clients: list[mcp.Client]
+    kind: str, hinted_peer: Peer, client_pool: ClientPool
 ) -> None:
     inner: mcp.Transport
     if kind == "http":
@@ -69,7 +55,7 @@ def test_two_list_tools_inside_a_ten_minute_ttl_make_one_wire_walk(
     else:
         inner = mcp.StdioTransport(peer_argv("stdio", "both", extra_args=("--cache-ttl-ms", TEN_MINUTES)))
     tap = TapTransport(inner)
-    client = connect(clients, tap)
+    client = client_pool.connect(tap)
     first = client.list_tools()
     pages = len(tap.sent_messages("tools/list"))
     assert pages >= 2  # the peer pages by two: every page is kept
@@ -83,9 +69,9 @@ def test_two_list_tools_inside_a_ten_minute_ttl_make_one_wire_walk(
     assert walks(tap, "prompts/list") == 1
 
 
-def test_cache_false_fetches_every_page_again(hinted_peer: Peer, clients: list[mcp.Client]) -> None:
+def test_cache_false_fetches_every_page_again(hinted_peer: Peer, client_pool: ClientPool) -> None:
     tap = TapTransport(mcp.HttpTransport(hinted_peer.url))
-    client = connect(clients, tap)
+    client = client_pool.connect(tap)
     client.list_resources()
     client.list_resources(cache=False)
     client.list_resources()
@@ -93,10 +79,10 @@ def test_cache_false_fetches_every_page_again(hinted_peer: Peer, clients: list[m
 
 
 def test_a_list_changed_evicts_the_kept_pages_before_anyone_hears_it(
-    hinted_peer: Peer, clients: list[mcp.Client]
+    hinted_peer: Peer, client_pool: ClientPool
 ) -> None:
     tap = TapTransport(mcp.HttpTransport(hinted_peer.url))
-    client = connect(clients, tap)
+    client = client_pool.connect(tap)
     watch = client.watch({"toolsListChanged": True})
     client.list_tools()
     notify(client, "tools")
@@ -107,8 +93,8 @@ def test_a_list_changed_evicts_the_kept_pages_before_anyone_hears_it(
     assert walks(tap) == 2
 
 
-def test_the_raw_page_shows_its_hints(hinted_peer: Peer, clients: list[mcp.Client]) -> None:
-    client = connect(clients, mcp.HttpTransport(hinted_peer.url))
+def test_the_raw_page_shows_its_hints(hinted_peer: Peer, client_pool: ClientPool) -> None:
+    client = client_pool.connect(mcp.HttpTransport(hinted_peer.url))
     page = client.request("tools/list")
     assert page["ttlMs"] == int(TEN_MINUTES) and page["cacheScope"] == "public"
     # What a one-page listing returns, kept or fetched: the server's result, hints included.
@@ -117,11 +103,11 @@ def test_the_raw_page_shows_its_hints(hinted_peer: Peer, clients: list[mcp.Clien
     assert client._listed_page("tools/list", None) == kept
 
 
-def test_results_without_a_ttl_are_not_kept(clients: list[mcp.Client]) -> None:
+def test_results_without_a_ttl_are_not_kept(client_pool: ClientPool) -> None:
     # The SDK server's default hints: ttlMs 0, stale at once.
     with Peer("http", "both").start() as peer:
         tap = TapTransport(mcp.HttpTransport(peer.url))
-        client = connect(clients, tap)
+        client = client_pool.connect(tap)
         assert client.request("tools/list")["ttlMs"] == 0
         client.list_tools()
         client.list_tools()
@@ -129,10 +115,10 @@ def test_results_without_a_ttl_are_not_kept(clients: list[mcp.Client]) -> None:
         client.disconnect()
 
 
-def test_legacy_results_are_never_kept(clients: list[mcp.Client]) -> None:
+def test_legacy_results_are_never_kept(client_pool: ClientPool) -> None:
     with Peer("http", "legacy", ("--cache-ttl-ms", TEN_MINUTES)).start() as peer:
         tap = TapTransport(mcp.HttpTransport(peer.url))
-        client = connect(clients, tap)
+        client = client_pool.connect(tap)
         assert client.era == "legacy"
         client.list_tools()
         client.list_tools()
@@ -164,10 +150,10 @@ def hinted_fake(scope: str) -> FakeServer:
     return server
 
 
-def test_a_private_page_is_never_served_to_another_authorization_context(clients: list[mcp.Client]) -> None:
+def test_a_private_page_is_never_served_to_another_authorization_context(client_pool: ClientPool) -> None:
     with hinted_fake("private") as server:
         principal = Principal(server.transport())
-        client = connect(clients, principal)
+        client = client_pool.connect(principal)
         client.list_tools()
         client.list_tools()
         assert server.count("tools/list") == 1
@@ -179,19 +165,19 @@ def test_a_private_page_is_never_served_to_another_authorization_context(clients
         assert server.count("tools/list") == 2
 
 
-def test_a_public_page_is_served_across_authorization_contexts(clients: list[mcp.Client]) -> None:
+def test_a_public_page_is_served_across_authorization_contexts(client_pool: ClientPool) -> None:
     with hinted_fake("public") as server:
         principal = Principal(server.transport())
-        client = connect(clients, principal)
+        client = client_pool.connect(principal)
         client.list_tools()
         principal.who = "bob"
         client.list_tools()
         assert server.count("tools/list") == 1
 
 
-def test_a_reconnect_forgets_the_kept_pages(clients: list[mcp.Client]) -> None:
+def test_a_reconnect_forgets_the_kept_pages(client_pool: ClientPool) -> None:
     with hinted_fake("public") as server:
-        client = connect(clients, server.transport(), backoff=mcp.Backoff(initial=0.01, maximum=0.05))
+        client = client_pool.connect(server.transport(), backoff=mcp.Backoff(initial=0.01, maximum=0.05))
         client.list_tools()
         server.drop()
         server.wait_connections(2)
@@ -199,6 +185,36 @@ def test_a_reconnect_forgets_the_kept_pages(clients: list[mcp.Client]) -> None:
         before = server.count("tools/list")
         client.list_tools()
         assert server.count("tools/list") == before + 1
+
+
+def test_a_kept_page_whose_cursor_went_stale_restarts_the_walk_from_the_server(client_pool: ClientPool) -> None:
+    # The spec: a cursor that became invalid means the kept pages go, and the walk starts over.
+    with FakeServer(era="modern") as server:
+        version = [1]
+
+        def listing(params: dict[str, Any], ctx: Any) -> Any:
+            v, cursor = version[0], params.get("cursor")
+            if cursor is None:
+                first = [{"name": f"a{v}", "inputSchema": {"type": "object"}}]
+                return {"tools": first, "nextCursor": f"v{v}", "ttlMs": 600_000, "cacheScope": "public"}
+            if cursor != f"v{v}":
+                raise FakeError(-32602, f"Invalid cursor: {cursor}")
+            return {"tools": [{"name": f"b{v}", "inputSchema": {"type": "object"}}], "ttlMs": 0}
+
+        server.on("tools/list", listing)
+        client = client_pool.connect(server.transport())
+        assert [tool["name"] for tool in client.list_tools()] == ["a1", "b1"]
+        version[0] = 2
+        assert [tool["name"] for tool in client.list_tools()] == ["a2", "b2"]
+        assert server.count("tools/list") == 2 + 3  # page 2 (refused), then pages 1 and 2 afresh
+
+        def refuse(params: dict[str, Any], ctx: Any) -> Any:
+            raise FakeError(-32602, "bad params")
+
+        server.on("tools/list", refuse)
+        with pytest.raises(mcp.RequestError):
+            client.list_tools(cache=False)  # nothing kept was involved: no second walk
+        assert server.count("tools/list") == 6
 
 
 def test_the_http_authorization_context_is_the_token_last_sent() -> None:

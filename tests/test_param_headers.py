@@ -29,7 +29,7 @@ from exmcp_actors._protocol._param_headers import encode_header_value, header_ma
 from exmcp_actors._protocol._tool_book import ToolBook
 from exmcp_actors.testing import FakeError, FakeServer
 from tests.peers.launch import Peer, peer_argv
-from tests.sdk_helpers import WAIT, TapTransport, tool_text
+from tests.sdk_helpers import WAIT, ClientPool, TapTransport, tool_text
 
 EXTRA = ("--extra-tools",)
 
@@ -61,20 +61,6 @@ STRINGS = [
 def http_peer() -> Iterator[Peer]:
     with Peer("http", "both", EXTRA).start() as peer:
         yield peer
-
-
-@pytest.fixture
-def clients() -> Iterator[list[mcp.Client]]:
-    made: list[mcp.Client] = []
-    yield made
-    for client in made:
-        client.disconnect()
-
-
-def connect(clients: list[mcp.Client], transport: Any, **kwargs: Any) -> mcp.Client:
-    client = mcp.connect(transport, **kwargs)
-    clients.append(client)
-    return client
 
 
 # -- the codec, against the spec and the SDK ------------------------------------------------
@@ -174,10 +160,10 @@ def test_a_rejected_tool_is_logged_once_with_its_name_escaped(caplog: pytest.Log
 
 
 def test_a_tool_call_mirrors_its_marked_arguments_into_headers_the_sdk_server_accepts(
-    http_peer: Peer, clients: list[mcp.Client]
+    http_peer: Peer, client_pool: ClientPool
 ) -> None:
     tap = TapTransport(mcp.HttpTransport(http_peer.url))
-    client = connect(clients, tap)
+    client = client_pool.connect(tap)
     assert client.era == "modern"
     assert "route" in [tool["name"] for tool in client.list_tools()]
     arguments = {"region": "Hello, 世界", "shard": 2**60, "dry": True, "target": {"zone": " z "}, "note": "n"}
@@ -188,9 +174,9 @@ def test_a_tool_call_mirrors_its_marked_arguments_into_headers_the_sdk_server_ac
 
 
 def test_a_tool_with_invalid_annotations_is_left_out_over_http_and_logged_once(
-    http_peer: Peer, clients: list[mcp.Client], caplog: pytest.LogCaptureFixture
+    http_peer: Peer, client_pool: ClientPool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = connect(clients, mcp.HttpTransport(http_peer.url))
+    client = client_pool.connect(mcp.HttpTransport(http_peer.url))
     with caplog.at_level(logging.WARNING, logger="exmcp_actors"):
         first = [tool["name"] for tool in client.list_tools()]
         second = [tool["name"] for tool in client.list_tools(cache=False)]
@@ -215,24 +201,22 @@ def _all_names(client: mcp.Client) -> list[str]:
 
 
 @pytest.mark.parametrize("where", ["stdio-modern", "http-legacy"])
-def test_stdio_and_legacy_connections_keep_a_tool_with_invalid_annotations(
-    where: str, clients: list[mcp.Client]
-) -> None:
+def test_stdio_and_legacy_connections_keep_a_tool_with_invalid_annotations(where: str, client_pool: ClientPool) -> None:
     # Stdio carries no headers (the spec: MAY ignore x-mcp-header); 2025-11-25 has no such annotation.
     if where == "stdio-modern":
-        client = connect(clients, peer_argv("stdio", "both", extra_args=EXTRA))
+        client = client_pool.connect(peer_argv("stdio", "both", extra_args=EXTRA))
         assert "bad_header" in [tool["name"] for tool in client.list_tools()]
         return
     with Peer("http", "legacy", EXTRA).start() as peer:
-        client = connect(clients, mcp.HttpTransport(peer.url))
+        client = client_pool.connect(mcp.HttpTransport(peer.url))
         assert client.era == "legacy"
         assert "bad_header" in [tool["name"] for tool in client.list_tools()]
         client.disconnect()
 
 
-def test_a_header_mismatch_relists_the_tools_and_retries_once(http_peer: Peer, clients: list[mcp.Client]) -> None:
+def test_a_header_mismatch_relists_the_tools_and_retries_once(http_peer: Peer, client_pool: ClientPool) -> None:
     tap = TapTransport(mcp.HttpTransport(http_peer.url))
-    client = connect(clients, tap)
+    client = client_pool.connect(tap)
     # Never listed: no headers, so the SDK server refuses with -32020; the client lists and retries.
     assert json.loads(tool_text(client.call_tool("route", {"region": "eu"}, timeout=WAIT))) == {"region": "eu"}
     methods = [m["method"] for m in tap.sent_messages() if m["method"] in ("tools/call", "tools/list")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -29,18 +29,17 @@ def http_peer() -> Iterator[Peer]:
         yield peer
 
 
+class Connected(NamedTuple):
+    client: mcp.Client
+    tap: TapTransport
+
+
 @pytest.fixture
-def tap(http_peer: Peer) -> Iterator[TapTransport]:
-    transport = TapTransport(mcp.HttpTransport(http_peer.url))
-    client = mcp.connect(transport)
-    transport.client = client  # type: ignore[attr-defined]
-    yield transport
+def connected(http_peer: Peer) -> Iterator[Connected]:
+    tap = TapTransport(mcp.HttpTransport(http_peer.url))
+    client = mcp.connect(tap)
+    yield Connected(client, tap)
     client.disconnect()
-
-
-def client_of(tap: TapTransport) -> mcp.Client:
-    client: mcp.Client = tap.client  # type: ignore[attr-defined]
-    return client
 
 
 def cut_next(client: mcp.Client, target: str, count: int = 1) -> None:
@@ -55,8 +54,8 @@ def runs(client: mcp.Client, tool: str) -> int:
     return int(server_stats(client)["runs"].get(tool, 0))
 
 
-def test_a_listing_whose_stream_dropped_is_reissued_under_a_new_id(tap: TapTransport) -> None:
-    client = client_of(tap)
+def test_a_listing_whose_stream_dropped_is_reissued_under_a_new_id(connected: Connected) -> None:
+    client, tap = connected
     cut_next(client, "tools/list")
     before = posts(client, "tools/list")
     names = [tool["name"] for tool in client.list_tools(cache=False)]
@@ -74,16 +73,16 @@ def test_a_listing_whose_stream_dropped_is_reissued_under_a_new_id(tap: TapTrans
         ("resources/list", lambda c: len(c.list_resources(timeout=WAIT))),
     ],
 )
-def test_reads_whose_stream_dropped_are_reissued(tap: TapTransport, target: str, call: Any) -> None:
-    client = client_of(tap)
+def test_reads_whose_stream_dropped_are_reissued(connected: Connected, target: str, call: Any) -> None:
+    client = connected.client
     cut_next(client, target)
     before = posts(client, target)
     assert call(client)
     assert posts(client, target) - before >= 2
 
 
-def test_an_idempotent_tool_is_reissued(tap: TapTransport) -> None:
-    client = client_of(tap)
+def test_an_idempotent_tool_is_reissued(connected: Connected) -> None:
+    client, tap = connected
     cut_next(client, "tools/call:peek")
     client.list_tools()  # its idempotentHint comes from its listing
     before = runs(client, "peek")
@@ -93,8 +92,8 @@ def test_an_idempotent_tool_is_reissued(tap: TapTransport) -> None:
     assert len(calls) == 2 and calls[0]["id"] != calls[1]["id"]
 
 
-def test_a_plain_tool_is_not_reissued_and_the_error_says_it_may_have_run(tap: TapTransport) -> None:
-    client = client_of(tap)
+def test_a_plain_tool_is_not_reissued_and_the_error_says_it_may_have_run(connected: Connected) -> None:
+    client, tap = connected
     client.list_tools()
     cut_next(client, "tools/call:bump")
     before = runs(client, "bump")
@@ -109,15 +108,15 @@ def test_a_plain_tool_is_not_reissued_and_the_error_says_it_may_have_run(tap: Ta
     assert client.status == "ready"
 
 
-def test_a_tool_never_listed_is_not_reissued(tap: TapTransport) -> None:
-    client = client_of(tap)
+def test_a_tool_never_listed_is_not_reissued(connected: Connected) -> None:
+    client = connected.client
     cut_next(client, "tools/call:peek")
     with pytest.raises(mcp.OutcomeUnknown):
         client.call_tool("peek", timeout=WAIT)
 
 
-def test_reissues_stop_after_two(tap: TapTransport) -> None:
-    client = client_of(tap)
+def test_reissues_stop_after_two(connected: Connected) -> None:
+    client = connected.client
     cut_next(client, "prompts/list", 5)
     before = posts(client, "prompts/list")
     with pytest.raises(mcp.OutcomeUnknown) as raised:

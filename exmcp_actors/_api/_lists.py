@@ -7,15 +7,12 @@ the session's kept pages while the server's cache hints say it is fresh (``_list
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, NamedTuple
 
 from .._protocol._errors import ProtocolError, RequestError
 from .._protocol._events import CachedPage, LearnTools, StorePage
 from .._protocol._jsonrpc import INVALID_PARAMS
 from .._protocol._list_cache import cache_hints
-
-if TYPE_CHECKING:
-    from .._runtime._monitor import SessionMonitor
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES: Final = 10_000
@@ -28,10 +25,15 @@ ITEMS: Final = {
 }
 
 
+class Page(NamedTuple):
+    """One page's raw result, and whether it was a kept copy."""
+
+    result: Any
+    kept: bool
+
+
 class ListCalls:
     """See the module docstring."""
-
-    _monitor: SessionMonitor
 
     def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
         raise NotImplementedError
@@ -39,13 +41,13 @@ class ListCalls:
     def _run(self, message: Any, timeout: float | None = None) -> Any:
         raise NotImplementedError
 
-    def _fetch_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Any:
+    def _fetch_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Page:
         """One page's raw result, cache hints (``ttlMs``, ``cacheScope``) included, as the
         server sent it: a kept fresh copy when ``cache`` allows, else fetched (and kept per
         its hints). ``cache=False`` fetches and replaces what is kept."""
         lookup = self._run(CachedPage(method, cursor, cache))
         if lookup.hit is not None:
-            return json.loads(lookup.hit)
+            return Page(json.loads(lookup.hit), True)
         result = self.request(method, {"cursor": cursor} if cursor is not None else None, timeout=timeout)
         if lookup.ticket is not None:
             ttl_ms, scope = cache_hints(result)
@@ -53,32 +55,35 @@ class ListCalls:
             if ttl_ms > 0 or not cache:
                 data = json.dumps(result, separators=(",", ":")).encode() if ttl_ms > 0 else b""
                 self._run(StorePage(lookup.ticket, data, ttl_ms, scope))
-        return result
+        return Page(result, False)
 
     def _listed_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Any:
         """One page as a one-page listing returns it: the raw result, hints included, a tools
         page without the tools the 2026-07-28 ``x-mcp-header`` rules exclude."""
-        result = self._fetch_page(method, cursor, cache=cache, timeout=timeout)
+        result = self._fetch_page(method, cursor, cache=cache, timeout=timeout).result
         if method == "tools/list" and isinstance(result, dict) and isinstance(result.get("tools"), list):
             result["tools"] = self._run(LearnTools(result["tools"], False))
         return result
 
     def _paginate(self, method: str, timeout: float | None, cache: bool) -> list[Any]:
+        kept: list[bool] = []
         try:
-            return self._walk(method, timeout, cache)
+            return self._walk(method, timeout, cache, kept)
         except RequestError as error:
-            if not cache or error.code != INVALID_PARAMS:
+            if error.code != INVALID_PARAMS or not any(kept):
                 raise
-            # A kept page may lead to a cursor the server no longer takes: start afresh once.
-            return self._walk(method, timeout, False)
+            # A kept page led to a cursor the server no longer takes: start afresh, once.
+            return self._walk(method, timeout, False, [])
 
-    def _walk(self, method: str, timeout: float | None, cache: bool) -> list[Any]:
+    def _walk(self, method: str, timeout: float | None, cache: bool, kept: list[bool]) -> list[Any]:
+        """Every page of ``method``; ``kept`` learns, page by page, which were kept copies."""
         key = ITEMS[method]
         items: list[Any] = []
         cursor: Any = None
         seen: set[Any] = set()
         for _ in range(MAX_PAGES):
-            result = self._fetch_page(method, cursor, cache=cache, timeout=timeout)
+            result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=timeout)
+            kept.append(was_kept)
             page = result.get(key) if isinstance(result, dict) else None
             if not isinstance(page, list):
                 raise ProtocolError(f"{method} result has no {key!r} list: {result!r}")
@@ -86,8 +91,8 @@ class ListCalls:
             cursor = result.get("nextCursor")
             if cursor is None:
                 if method == "tools/list":
-                    kept: list[Any] = self._run(LearnTools(items, True))
-                    return kept
+                    visible: list[Any] = self._run(LearnTools(items, True))
+                    return visible
                 return items
             if cursor in seen:
                 raise ProtocolError(f"{method} repeated the cursor {cursor!r}")

@@ -24,17 +24,18 @@ class ServerLists:
     def __init__(
         self,
         name: str,
-        *,
         era: Callable[[], str | None],
         generation: Callable[[], int],
-        auth_context: Callable[[], str],
+        auth_context: Callable[[], str] | None = None,
+        *,
         cache: ListCache | None = None,
     ) -> None:
         self.cache = cache if cache is not None else ListCache()
         self.tools = ToolBook(name)
         self._era = era
         self._generation = generation
-        self._auth_context = auth_context
+        #: None: one set of credentials for the client's life.
+        self._auth_context = auth_context if auth_context is not None else str
 
     def _cacheable(self, method: str, cursor: Any) -> bool:
         # Only modern results carry hints; a cursor that is no string is no key to keep it under.

@@ -35,7 +35,7 @@ from ._errors import (
     ProtocolError,
     UseListen,
 )
-from ._filters import LOG_MESSAGE, LOG_MESSAGES
+from ._filters import LOG_MESSAGE
 from ._handshake import with_modern_meta
 from ._host_checks import CANCELLED, SESSION_NOTIFICATIONS
 from ._host_requests import HostRequests
@@ -102,12 +102,7 @@ class Session:
         )
         self.host = HostRequests(self.effects, config.host, list(config.roots), name)
         #: The kept list pages and the tool book (``auth_context``: who requests are made as).
-        self.lists = ServerLists(
-            name,
-            era=lambda: self.era,
-            generation=lambda: self.generation,
-            auth_context=auth_context if auth_context is not None else str,
-        )
+        self.lists = ServerLists(name, lambda: self.era, lambda: self.generation, auth_context)
         #: The host's log level; a modern peer gets it in every request's ``_meta``.
         self.log_level: str | None = None
         self._handlers = self._inputs()
@@ -276,7 +271,7 @@ class Session:
         if method in SESSION_NOTIFICATIONS and self.host.on_notification(method, params):
             return
         if method == LOG_MESSAGE and self.era == "modern" and subscription_id_of(params) is None:
-            self._modern_log(params)
+            self.subscriptions.log_message(params)
         elif for_a_subscription(method, params):
             subscription_id = subscription_id_of(params)
             if subscription_id is not None and not isinstance(subscription_id, (str, int, float)):
@@ -287,14 +282,6 @@ class Session:
             self.listeners.hold(method, params)
         else:
             dispatch(self.registry.index, method, params, self.effects.out)
-
-    def _modern_log(self, params: dict[str, Any]) -> None:
-        """2026-07-28 sends log messages on the stream of the request they concern, not of a
-        subscription: they reach every modern handle whose filter asked for ``logMessages``."""
-        registry = self.registry
-        for entry in list(registry.by_listen_id.values()):
-            if entry.state is EntryState.LIVE and LOG_MESSAGES in entry.requested.categories:
-                registry.emit(entry, entry.event(LOG_MESSAGE, params))
 
     # -- requests --------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from ._errors import (
     error_term,
 )
 from ._events import ArmTimer, CancelOnWire, CancelSubscription, Effects, FetchSnapshot, Relisten, ResyncDone
-from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
+from ._filters import FILTERABLE_METHODS, LOG_MESSAGE, LOG_MESSAGES, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
@@ -168,6 +168,14 @@ class Subscriptions:
                 method,
                 entry.handle,
             )
+
+    def log_message(self, params: dict[str, Any]) -> None:
+        """2026-07-28 sends log messages on the stream of the request they concern, not of a
+        subscription: they reach every modern handle whose filter asked for ``logMessages``."""
+        registry = self._registry
+        for entry in list(registry.by_listen_id.values()):
+            if entry.state is EntryState.LIVE and LOG_MESSAGES in entry.requested.categories:
+                registry.emit(entry, entry.event(LOG_MESSAGE, params))
 
     def _acknowledged(self, entry: Entry, params: dict[str, Any]) -> None:
         registry, effects = self._registry, self._fx
