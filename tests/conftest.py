@@ -11,6 +11,8 @@ Peers (see tests/peers/FRAMES.md for what they put on the wire):
   every test of the session (of the xdist worker) that leaves it alone; ``peer_pool`` holds them.
   A cold SDK peer costs seconds, so this is the default for a test that only talks to one.
 
+``client_pool`` (a ``ClientPool``) connects clients and disconnects them after the test.
+
 Every peer fixture is parametrizable indirectly by era, or by a dict::
 
     @pytest.mark.parametrize("sdk_ws_peer", ["both", "legacy"], indirect=True)
@@ -41,6 +43,7 @@ import exmcp_actors as mcp  # noqa: E402
 from exmcp_actors._util._scheduler import scheduler  # noqa: E402
 from exmcp_actors.testing import FakeServer  # noqa: E402
 from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.path line above)
+from tests.sdk_helpers import ClientPool  # noqa: E402
 
 STDIO_CWD = str(ROOT)
 THREAD_GRACE = 2.0  # seconds a test's threads get to finish after it
@@ -181,6 +184,14 @@ def legacy_server() -> Iterator[FakeServer]:
     """A legacy-era FakeServer (2025-11-25), for the tests of a client's own machinery."""
     with FakeServer(era="legacy") as server:
         yield server
+
+
+@pytest.fixture
+def client_pool() -> Iterator[ClientPool]:
+    """Connects clients (``client_pool.connect(transport, **options)``), all disconnected after the test."""
+    pool = ClientPool()
+    yield pool
+    pool.close_all()
 
 
 @pytest.fixture

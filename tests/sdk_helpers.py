@@ -184,6 +184,12 @@ class TapTransport(Transport):
     def negotiated(self, protocol_version: str, era: str) -> None:
         self.inner.negotiated(protocol_version, era)
 
+    def mirror_tool_arguments(self, headers_for: Callable[[str, Any], dict[str, str]]) -> bool:
+        return self.inner.mirror_tool_arguments(headers_for)
+
+    def auth_context(self) -> str:
+        return self.inner.auth_context()
+
     def close(self) -> None:
         self.inner.close()
 

@@ -333,7 +333,7 @@ def test_every_public_exception_prints_as_a_sentence_and_shows_as_exmcp_actors()
     assert len(errors) >= 10
     for cls in errors:
         assert cls.__module__ == "exmcp_actors", cls
-        if cls in (mcp.SubscribeFailed, mcp.RequestError, mcp.ExchangeFailed):
+        if cls in (mcp.SubscribeFailed, mcp.RequestError, mcp.ExchangeFailed, mcp.OutcomeUnknown):
             continue  # their arguments make their sentence (checked below)
         error = cls()
         text = str(error)
@@ -347,6 +347,11 @@ def test_every_public_exception_prints_as_a_sentence_and_shows_as_exmcp_actors()
     dropped = mcp.ExchangeFailed("HTTP 503 Service Unavailable", status=503)
     assert str(dropped) == "the transport failed the request: HTTP 503 Service Unavailable"
     assert dropped.reason == ("transport_error", 503, "HTTP 503 Service Unavailable")
+    lost = mcp.OutcomeUnknown("the response stream dropped before the answer", request="tools/call 'deploy'")
+    assert str(lost) == (
+        "tools/call 'deploy' may or may not have run on the server: the response stream dropped before the answer"
+    )
+    assert lost.reason == ("transport_error", None, "the response stream dropped before the answer")
     assert f"{mcp.SubscriberNotAlive.__module__}.{mcp.SubscriberNotAlive.__qualname__}" == (
         "exmcp_actors.SubscriberNotAlive"
     )

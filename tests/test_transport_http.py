@@ -14,10 +14,10 @@ from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, TransportError
+from exmcp_actors._protocol._param_headers import encode_header_value
 from exmcp_actors._transport._base import InvalidFrame, RequestFailed
 from exmcp_actors._transport.http import STREAM_DROPPED, HttpTransport
 from exmcp_actors._transport.http import _pump as pump_module
-from exmcp_actors._transport.http import _session as session_module
 from exmcp_actors._transport.http._sse import SSEEvent, SSEParser
 
 MODERN = "2026-07-28"
@@ -851,7 +851,7 @@ def test_the_sse_parser_reports_an_oversized_event_once_without_buffering_it() -
 
 
 def test_an_mcp_name_that_is_not_plain_ascii_is_base64_wrapped() -> None:
-    encode = session_module._encode_header_value
+    encode = encode_header_value
     assert encode("get_weather") == "get_weather"
     assert encode("file:///a b") == "file:///a b"
     for tricky in ["café", " lead", "trail ", "tab\there", "=?base64?abc?="]:

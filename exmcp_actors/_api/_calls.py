@@ -9,6 +9,7 @@ one thread asks for reaches the wire in the order it asked.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -17,23 +18,31 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pykka
 
-from .._protocol._errors import Error, NotConnected, ProtocolError, RequestTimeout, UseListen
+from .._protocol._errors import (
+    Error,
+    NotConnected,
+    OutcomeUnknown,
+    ProtocolError,
+    RequestError,
+    RequestTimeout,
+    UseListen,
+)
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
 from .._protocol._host_checks import LOG_LEVELS, check_roots, created_task, tasks_advertised, with_tasks_extension
-from .._protocol._jsonrpc import RequestBuilder
+from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text
+from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
 from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
 from .._util._reply import Reply
+from ._lists import ListCalls
 from ._task import Task
 
 if TYPE_CHECKING:
     from .._runtime._shared import SharedState
 
-#: Most pages a list_* call follows before deciding the server loops.
-MAX_PAGES = 10_000
 #: Most ``input_required`` rounds (2026-07-28) one call goes through; the SDKs use 10 too.
 MAX_INPUT_ROUNDS = 10
 #: Most seconds a command waits to enter the session: its holders run only short steps that
@@ -42,6 +51,9 @@ COMMAND_WAIT = 10.0
 #: How long a finished call waits for its progress callback to take what already arrived.
 PROGRESS_DRAIN_WAIT = 5.0
 _progress_tokens = itertools.count(1)
+logger = logging.getLogger("exmcp_actors")
+#: ``send(params, timeout) -> result``: one round of a request (see ``_driving_input``).
+Send = Callable[[dict[str, Any], float], Any]
 
 
 class PendingRequest(NamedTuple):
@@ -52,7 +64,7 @@ class PendingRequest(NamedTuple):
     future: Reply
 
 
-class ServerCalls:
+class ServerCalls(ListCalls):
     """Requests to the server; every call blocks for at most its ``timeout`` (or the client's default)."""
 
     _ref: pykka.ActorRef[Any]
@@ -61,6 +73,7 @@ class ServerCalls:
     _ids: RequestBuilder
     _request_timeout: float
     _host: HostRuntime
+    name: str
 
     @property
     def era(self) -> str | None:
@@ -69,9 +82,16 @@ class ServerCalls:
     def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
         """Send a raw request and return its ``result``.
 
+        On MCP 2026-07-28 a request whose answer was lost after it went out (its response
+        stream dropped) is re-issued under a new id when that is safe (``_reissue``: the
+        listings, ``server/discover``, ``resources/read``, ``prompts/get``, an idempotent
+        tool), at most twice, within ``timeout``.
+
         Raises:
             RequestError: the server answered with an error.
             RequestTimeout: no answer in time (``notifications/cancelled`` is sent).
+            OutcomeUnknown: the answer was lost and the request was not (or no longer) re-issued:
+                it may or may not have run on the server.
             NotConnected: the client is not ready, or the connection dropped meanwhile.
         """
         if not isinstance(method, str) or not method:
@@ -79,7 +99,37 @@ class ServerCalls:
         if params is not None and not isinstance(params, dict):
             raise TypeError(f"params must be a dict or None, got {type(params).__name__}")
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
-        return self._await_request(self._send_request(method, params), wait)
+        deadline = time.monotonic() + wait
+        reissued = 0
+        while True:
+            try:
+                return self._await_request(self._send_request(method, params), deadline - time.monotonic(), wait)
+            except OutcomeUnknown as lost:
+                why_not = self._why_not_reissued(method, params, reissued, deadline)
+                if why_not is not None:
+                    request = describe_call(method, params)
+                    raise OutcomeUnknown(
+                        lost.what,
+                        status=lost.status,
+                        body=lost.body,
+                        request=request,
+                        reissued=reissued,
+                        why_not=why_not,
+                    ) from None
+                reissued += 1
+                logger.info("%s: %s lost its answer (%s); re-issuing it", self.name, method, lost.what)
+
+    def _why_not_reissued(
+        self, method: str, params: dict[str, Any] | None, reissued: int, deadline: float
+    ) -> str | None:
+        if self.era != "modern":
+            return "re-issuing is for MCP 2026-07-28, which resumes no stream"
+        if reissued >= MAX_REISSUES:
+            return f"it was re-issued {MAX_REISSUES} times already"
+        if time.monotonic() >= deadline:
+            return "its timeout ran out"
+        tools = self._shared.tools
+        return why_not_reissued(method, params, tools.idempotent if tools is not None else lambda name: False)
 
     def _run(self, message: Any, timeout: float | None = None) -> Any:
         """Run a command on the session from this thread (see ``exmcp_actors._runtime``): its
@@ -95,13 +145,15 @@ class ServerCalls:
         self._run(SendRequest(request_id, method, params, future), wait)
         return PendingRequest(request_id, method, future)
 
-    def _await_request(self, pending: PendingRequest, wait: float) -> Any:
-        """The result of a sent request; on timeout it is cancelled on the wire and RequestTimeout raised."""
+    def _await_request(self, pending: PendingRequest, wait: float, timeout: float | None = None) -> Any:
+        """The result of a sent request within ``wait`` seconds (what is left of the caller's
+        ``timeout``); on timeout it is cancelled on the wire and RequestTimeout raised."""
         try:
             return pending.future.result(max(0.0, wait))
         except FutureTimeout:
             self._run(CancelRequest(pending.request_id, "timeout"))
-            raise RequestTimeout(f"{pending.method} got no answer within {wait:g}s") from None
+            shown = wait if timeout is None else timeout
+            raise RequestTimeout(f"{pending.method} got no answer within {shown:g}s") from None
 
     def _interactive(
         self,
@@ -109,10 +161,12 @@ class ServerCalls:
         params: dict[str, Any],
         timeout: float | None,
         progress: Callable[[dict[str, Any]], Any] | None,
+        send: Send | None = None,
     ) -> Any:
-        """A request the server may answer with progress, or (2026-07-28) ``input_required``."""
+        """A request the server may answer with progress, or (2026-07-28) ``input_required``;
+        ``send`` sends each round (default: :meth:`request`)."""
         if progress is None:
-            return self._driving_input(method, params, timeout)
+            return self._driving_input(method, params, timeout, send)
         if not callable(progress):
             raise TypeError(f"progress must be a callable fn(params), got {type(progress).__name__}")
         token = f"progress-{next(_progress_tokens)}"
@@ -120,16 +174,22 @@ class ServerCalls:
         meta["progressToken"] = token
         feed = self._host.watch_progress(token, progress)
         try:
-            return self._driving_input(method, {**params, "_meta": meta}, timeout)
+            return self._driving_input(method, {**params, "_meta": meta}, timeout, send)
         finally:
             self._host.feeds.pop(token)
             feed.wait_drained(PROGRESS_DRAIN_WAIT)  # what arrived before the answer is passed first
 
-    def _driving_input(self, method: str, params: dict[str, Any], timeout: float | None) -> Any:
+    def _driving_input(self, method: str, params: dict[str, Any], timeout: float | None, send: Send | None) -> Any:
         """Send; while a 2026-07-28 server answers ``input_required``, answer its embedded
         requests with the host's handlers and retry with ``inputResponses`` and ``requestState``."""
-        deadline = time.monotonic() + (self._request_timeout if timeout is None else check_timeout("timeout", timeout))
-        result = self.request(method, params, timeout=timeout)
+        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+        deadline = time.monotonic() + wait
+        if send is None:
+
+            def send(round_params: dict[str, Any], round_wait: float) -> Any:
+                return self.request(method, round_params, timeout=round_wait)
+
+        result = send(params, wait)
         for _ in range(MAX_INPUT_ROUNDS):
             if not isinstance(result, dict) or result.get("resultType") != "input_required":
                 return result
@@ -139,7 +199,7 @@ class ServerCalls:
                 retry["inputResponses"] = self._answer_inputs(method, requests)
             if "requestState" in result:
                 retry["requestState"] = result["requestState"]
-            result = self.request(method, retry, timeout=max(deadline - time.monotonic(), 0.001))
+            result = send(retry, max(deadline - time.monotonic(), 0.001))
         raise ProtocolError(f"{method} asked for input more than {MAX_INPUT_ROUNDS} times")
 
     def _answer_inputs(self, method: str, requests: dict[str, Any]) -> dict[str, Any]:
@@ -156,24 +216,6 @@ class ServerCalls:
             responses[key] = answer
         return responses
 
-    def _paginate(self, method: str, key: str, timeout: float | None) -> list[Any]:
-        items: list[Any] = []
-        cursor: Any = None
-        seen: set[Any] = set()
-        for _ in range(MAX_PAGES):
-            result = self.request(method, {"cursor": cursor} if cursor is not None else None, timeout=timeout)
-            page = result.get(key) if isinstance(result, dict) else None
-            if not isinstance(page, list):
-                raise ProtocolError(f"{method} result has no {key!r} list: {peer_text(result)}")
-            items.extend(page)
-            cursor = result.get("nextCursor")
-            if cursor is None:
-                return items
-            if cursor in seen:
-                raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
-            seen.add(cursor)
-        raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
-
     # -- MCP requests ----------------------------------------------------------------------
 
     def ping(self, *, timeout: float | None = None) -> None:
@@ -181,22 +223,6 @@ class ServerCalls:
         if self.era == "modern":
             raise Error("ping does not exist in MCP 2026-07-28", reason=("legacy_only", "ping"))
         self.request("ping", timeout=timeout)
-
-    def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every tool, all pages followed."""
-        return self._paginate("tools/list", "tools", timeout)
-
-    def list_resources(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every resource, all pages followed."""
-        return self._paginate("resources/list", "resources", timeout)
-
-    def list_prompts(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every prompt, all pages followed."""
-        return self._paginate("prompts/list", "prompts", timeout)
-
-    def list_resource_templates(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every resource template, all pages followed."""
-        return self._paginate("resources/templates/list", "resourceTemplates", timeout)
 
     def call_tool(
         self,
@@ -232,7 +258,7 @@ class ServerCalls:
             params["_meta"] = modern_meta
         elif asks:
             params["task"] = dict(task) if isinstance(task, dict) else {}
-        result = self._interactive("tools/call", params, timeout, progress)
+        result = self._interactive("tools/call", params, timeout, progress, self._calling_tool)
         created = created_task(result) if task is not False else None
         if created is None:
             return result
@@ -245,6 +271,22 @@ class ServerCalls:
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
+
+    def _calling_tool(self, params: dict[str, Any], wait: float) -> Any:
+        """One round of a ``tools/call``. A 2026-07-28 server that refuses its ``Mcp-Param-*``
+        headers (-32020, HeaderMismatch: the tool was never listed, or its schema changed)
+        gets it once more after the tool is re-listed, as the spec advises."""
+        deadline = time.monotonic() + wait
+        try:
+            return self.request("tools/call", params, timeout=wait)
+        except RequestError as mismatch:
+            if mismatch.code != HEADER_MISMATCH or self.era != "modern":
+                raise
+            try:
+                self.list_tools(cache=False, timeout=max(deadline - time.monotonic(), 0.001))
+            except Error as relist_failed:
+                raise mismatch from relist_failed
+            return self.request("tools/call", params, timeout=max(deadline - time.monotonic(), 0.001))
 
     def read_resource(self, uri: str, *, timeout: float | None = None) -> Any:
         """``resources/read``; returns the result dict."""

@@ -154,8 +154,8 @@ class Catalog(Handle):
         if source is not None:
             source.close()
 
-    def _fetch(self, kind: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = getattr(self.client, f"list_{kind}")()
+    def _fetch(self, kind: str, *, cache: bool = True) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = getattr(self.client, f"list_{kind}")(cache=cache)
         return items
 
     def _run(self) -> None:
@@ -219,7 +219,8 @@ class Catalog(Handle):
 
     def _refresh(self, kind: str) -> None:
         try:
-            items = self._fetch(kind)
+            # Something changed, or may have gone unheard: from the server, not a kept page.
+            items = self._fetch(kind, cache=False)
         except Error as exc:
             # A Reconnected (or the close) follows a lost connection, and refetches then.
             logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)

@@ -346,14 +346,15 @@ class Client(ServerCalls, CatalogCalls):
             raise
 
     def _snapshot(self, ack: NotificationFilter) -> dict[str, Any]:
-        """What a resync refetches, according to the acknowledged filter."""
+        """What a resync refetches, according to the acknowledged filter: from the server, since
+        a list_changed may have gone unheard while the stream was down (the fresh pages are kept)."""
         snapshot: dict[str, Any] = {}
         if TOOLS in ack.categories:
-            snapshot["tools"] = self.list_tools()
+            snapshot["tools"] = self.list_tools(cache=False)
         if PROMPTS in ack.categories:
-            snapshot["prompts"] = self.list_prompts()
+            snapshot["prompts"] = self.list_prompts(cache=False)
         if RESOURCES in ack.categories:
-            snapshot["resources"] = self.list_resources()
+            snapshot["resources"] = self.list_resources(cache=False)
         if ack.uris:
             snapshot["resourceContents"] = {uri: self.read_resource(uri) for uri in ack.uris}
         return snapshot

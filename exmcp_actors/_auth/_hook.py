@@ -4,6 +4,7 @@ WebSocket transport makes around its upgrade request."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Final
 
@@ -29,6 +30,9 @@ class BearerAuth(httpx.Auth):
         require_secure(server, "the bearer token")  # at construction: the host's URL is the mistake
         self._oauth = oauth
         self._server = canonical(server)
+        #: A digest of the token last sent ("" before any): who the requests are made as,
+        #: for the private cache entries of one authorization context (never the token itself).
+        self.sent = ""
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         # The token goes only to the server it was issued for.
@@ -39,6 +43,7 @@ class BearerAuth(httpx.Auth):
             token = self._oauth.bearer(self._server)
             if token is not None:
                 request.headers["Authorization"] = f"Bearer {token}"
+            self.sent = hashlib.sha256(token.encode()).hexdigest() if token is not None else ""
             response = yield request
             if response.status_code not in (401, 403):
                 return

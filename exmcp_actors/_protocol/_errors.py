@@ -163,6 +163,37 @@ class ExchangeFailed(ConnectionLost, TransportError):
         super().__init__(f"the transport failed the request: {what}", reason=("transport_error", status, what))
 
 
+class OutcomeUnknown(ExchangeFailed):
+    """The answer was lost after the request reached the server (its response stream
+    dropped, or the connection broke while the answer was awaited): the request may or may
+    not have run there.
+
+    The client re-issues on its own what is safe to send twice (see ``request``); this is
+    what reaches the host otherwise, or once the re-issues are spent. ``.request`` names
+    the call (``tools/call 'deploy'``), ``.reissued`` how many times it was sent again.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        request: str | None = None,
+        reissued: int = 0,
+        why_not: str | None = None,
+    ) -> None:
+        super().__init__(what, status=status, body=body)
+        self.request = request
+        self.reissued = reissued
+        text = f"{request or 'the request'} may or may not have run on the server: {what}"
+        if reissued:
+            text += f" (it was sent {reissued + 1} times, each answer lost)"
+        if why_not:
+            text += f"; not sent again: {why_not}"
+        self.args = (text,)
+
+
 class ProtocolError(Error):
     """The peer sent something the protocol forbids: a malformed frame (logged and skipped,
     never raised to the host), a widened acknowledgment, a reply that is no answer."""
@@ -200,6 +231,7 @@ for _public in (
     RequestTimeout,
     ConnectionLost,
     ExchangeFailed,
+    OutcomeUnknown,
     ProtocolError,
 ):
     _public.__module__ = "exmcp_actors"

@@ -161,6 +161,32 @@ class HostAnswered(NamedTuple):
     error: Any = None
 
 
+class CachedPage(NamedTuple):
+    """A list page the host wants: a fresh kept one if ``use`` (else none), and the ticket to
+    store what it fetches (answers a ``PageLookup``; see ``_list_cache``)."""
+
+    method: str
+    cursor: Any
+    use: bool
+
+
+class StorePage(NamedTuple):
+    """A fetched list page, as JSON, with its cache hints: kept if its ticket still holds."""
+
+    ticket: Any
+    data: bytes
+    ttl_ms: int
+    scope: str
+
+
+class LearnTools(NamedTuple):
+    """Tools a listing returned (answers those the host may see; see ``_tool_book``)."""
+
+    tools: list[Any]
+    #: A whole listing (every page from the first), not one page of it.
+    complete: bool
+
+
 # -- inputs: timers, helper threads, actors ------------------------------------------------
 
 
@@ -248,10 +274,11 @@ class Send(NamedTuple):
 
 
 class CancelOnWire(NamedTuple):
-    """End an in-flight request: close its stream where the transport can (HTTP), else send ``notice``."""
+    """End an in-flight request: close its stream where the transport can (HTTP), else send
+    ``notice`` (None: nothing to send, the server ended it itself)."""
 
     request_id: Any
-    notice: dict[str, Any]
+    notice: dict[str, Any] | None
 
 
 class OpenTransport(NamedTuple):

@@ -59,6 +59,8 @@ Frame = Any
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+#: MCP 2026-07-28 Streamable HTTP: the request's headers do not match its body.
+HEADER_MISMATCH = -32020
 #: MCP 2026-07-28: the requested protocol version is not supported.
 UNSUPPORTED_VERSION = -32022
 #: MCP 2026-07-28: a standard header disagrees with the body (HTTP 400).

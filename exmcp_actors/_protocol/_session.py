@@ -35,13 +35,15 @@ from ._errors import (
     ProtocolError,
     UseListen,
 )
-from ._filters import LOG_MESSAGE, LOG_MESSAGES
+from ._filters import LOG_MESSAGE
 from ._handshake import with_modern_meta
-from ._host_checks import SESSION_NOTIFICATIONS
+from ._host_checks import CANCELLED, SESSION_NOTIFICATIONS
 from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
 from ._lifecycle import Lifecycle
+from ._list_cache import EVICTED_BY
 from ._listeners import Listeners
+from ._lists import ServerLists
 from ._peer_text import peer_text
 from ._pending import PendingTable
 from ._ratelog import RateLimitedLog
@@ -58,7 +60,13 @@ class Session:
     """See the module docstring. Inputs raise the library's errors where the host misused it."""
 
     def __init__(
-        self, config: SessionConfig, ids: rpc.RequestBuilder, index: Index | None = None, name: str = "client"
+        self,
+        config: SessionConfig,
+        ids: rpc.RequestBuilder,
+        index: Index | None = None,
+        name: str = "client",
+        *,
+        auth_context: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
         self.ids = ids
@@ -93,6 +101,8 @@ class Session:
             self.restore_log_level,
         )
         self.host = HostRequests(self.effects, config.host, list(config.roots), name)
+        #: The kept list pages and the tool book (``auth_context``: who requests are made as).
+        self.lists = ServerLists(name, lambda: self.era, lambda: self.generation, auth_context)
         #: The host's log level; a modern peer gets it in every request's ``_meta``.
         self.log_level: str | None = None
         self._handlers = self._inputs()
@@ -160,7 +170,7 @@ class Session:
     def _frames(self, message: ev.Frames) -> None:
         generation = message.generation
         on_notification, index, out = self._on_notification, self.registry.index, self.effects.out
-        listeners, life, delivering = self.listeners, self.life, Pause.NONE
+        listeners, life, delivering, heard = self.listeners, self.life, Pause.NONE, self.lists.heard
         for frame in message.frames:
             if generation != life.generation:
                 return  # this connection is gone (a failed handshake answer earlier in the batch)
@@ -168,7 +178,10 @@ class Session:
                 parts = notification_parts(frame)
                 if parts is None:
                     self._on_frame(frame)
-                elif listeners.pause is not delivering or for_a_subscription(*parts):
+                    continue
+                if parts[0] in EVICTED_BY:
+                    heard(parts[0])  # before anyone hears it: a refetch it prompts must miss the cache
+                if listeners.pause is not delivering or for_a_subscription(*parts):
                     on_notification(parts[0], parts[1])
                 else:
                     dispatch(index, parts[0], parts[1], out)
@@ -232,7 +245,9 @@ class Session:
             return
         if self.pending.answer(msg):
             return
-        if isinstance(msg, rpc.RequestFailed):  # finished meanwhile (timed out, cancelled): no one waits
+        if self.subscriptions.ended_by_server(msg.id):
+            logger.debug("%s: the answer to listen %s, which the server cancelled, skipped", self.name, msg.id)
+        elif isinstance(msg, rpc.RequestFailed):  # finished meanwhile (timed out, cancelled): no one waits
             logger.debug("%s: request %s is no longer pending: %s", self.name, peer_text(msg.id, quote=True), msg.error)
         else:
             self._bad_input.warning(
@@ -251,10 +266,12 @@ class Session:
         return self.pending.answer(msg)
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == CANCELLED and self.subscriptions.cancelled_by_server(params):
+            return
         if method in SESSION_NOTIFICATIONS and self.host.on_notification(method, params):
             return
         if method == LOG_MESSAGE and self.era == "modern" and subscription_id_of(params) is None:
-            self._modern_log(params)
+            self.subscriptions.log_message(params)
         elif for_a_subscription(method, params):
             subscription_id = subscription_id_of(params)
             if subscription_id is not None and not isinstance(subscription_id, (str, int, float)):
@@ -265,14 +282,6 @@ class Session:
             self.listeners.hold(method, params)
         else:
             dispatch(self.registry.index, method, params, self.effects.out)
-
-    def _modern_log(self, params: dict[str, Any]) -> None:
-        """2026-07-28 sends log messages on the stream of the request they concern, not of a
-        subscription: they reach every modern handle whose filter asked for ``logMessages``."""
-        registry = self.registry
-        for entry in list(registry.by_listen_id.values()):
-            if entry.state is EntryState.LIVE and LOG_MESSAGES in entry.requested.categories:
-                registry.emit(entry, entry.event(LOG_MESSAGE, params))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -440,4 +449,7 @@ class Session:
             ev.HostAnswered: self._host_answered,
             ev.SetRoots: self._set_roots,
             ev.SetLogLevel: self._set_log_level,
+            ev.CachedPage: self.lists.cached,
+            ev.StorePage: self.lists.store,
+            ev.LearnTools: self.lists.learn,
         }

@@ -23,6 +23,7 @@ from . import _messages as m
 from ._config import SessionConfig
 from ._errors import (
     ConnectionLost,
+    Error,
     ListenerNotFound,
     ProtocolError,
     RequestError,
@@ -30,8 +31,8 @@ from ._errors import (
     TransportError,
     error_term,
 )
-from ._events import ArmTimer, CancelSubscription, Effects, FetchSnapshot, Relisten, ResyncDone
-from ._filters import FILTERABLE_METHODS, NotificationFilter, filter_from_wire
+from ._events import ArmTimer, CancelOnWire, CancelSubscription, Effects, FetchSnapshot, Relisten, ResyncDone
+from ._filters import FILTERABLE_METHODS, LOG_MESSAGE, LOG_MESSAGES, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
 from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
@@ -45,6 +46,8 @@ logger = logging.getLogger("exmcp_actors")
 
 #: Events held for a modern subscription that is not live yet (before its ack, during a resync).
 MAX_HELD_EVENTS = 10_000
+#: Listen ids the server cancelled, remembered so the answer that may follow is skipped quietly.
+MAX_ENDED_BY_SERVER = 64
 
 
 class Subscriptions:
@@ -77,6 +80,7 @@ class Subscriptions:
         self._cancel_on_wire = cancel_on_wire
         self._generation = generation
         self._relistened = relistened
+        self._ended_by_server: dict[Any, None] = {}
 
     def open(self, handle: Any, kind: str, flt: NotificationFilter, subscriber: Any, acknowledged: Any) -> None:
         if not subscriber.alive():
@@ -166,6 +170,14 @@ class Subscriptions:
                 method,
                 entry.handle,
             )
+
+    def log_message(self, params: dict[str, Any]) -> None:
+        """2026-07-28 sends log messages on the stream of the request they concern, not of a
+        subscription: they reach every modern handle whose filter asked for ``logMessages``."""
+        registry = self._registry
+        for entry in list(registry.by_listen_id.values()):
+            if entry.state is EntryState.LIVE and LOG_MESSAGES in entry.requested.categories:
+                registry.emit(entry, entry.event(LOG_MESSAGE, params))
 
     def _acknowledged(self, entry: Entry, params: dict[str, Any]) -> None:
         registry, effects = self._registry, self._fx
@@ -285,6 +297,54 @@ class Subscriptions:
             self._registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, {"resubscribed": [], "failed": []}))
             entry.to(EntryState.LIVE)
         entry.held = []
+
+    def cancelled_by_server(self, params: dict[str, Any]) -> bool:
+        """A server's ``notifications/cancelled``: True when it names one of our listens,
+        which is then closed with ``("cancelled_by_server", reason)``.
+
+        The server tore the subscription down on purpose (2026-07-28 cancellation: it MUST
+        send this when it does), as with its graceful answer, so nothing re-listens: a
+        re-listen is for a stream that ended without the server saying so. No cancellation
+        goes back (the request is no longer in progress); on HTTP our end of its stream is
+        closed, in case the server keeps it open.
+        """
+        request_id = params.get("requestId")
+        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+            return False
+        entry = self._registry.by_listen_id.get(request_id)
+        if entry is None:
+            return False
+        reason = params.get("reason") if isinstance(params.get("reason"), str) else None
+        logger.info(
+            "%s: the server ended subscription %s (%s)",
+            self._name,
+            peer_text(request_id, quote=True),
+            peer_text(reason) if reason is not None else "no reason given",
+        )
+        self._registry.by_listen_id.pop(request_id, None)
+        entry.listen_id = None
+        self._ended_by_server[request_id] = None
+        if len(self._ended_by_server) > MAX_ENDED_BY_SERVER:
+            del self._ended_by_server[next(iter(self._ended_by_server))]
+        self._fx.do(CancelOnWire(request_id, None))
+        term = ("cancelled_by_server", reason)
+        if entry.state is EntryState.AWAITING_ACK:
+            why = "the server cancelled subscriptions/listen before acknowledging it"
+            self._fx.reject(entry.ack_future, Error(f"{why}: {peer_text(reason)}" if reason else why, reason=term))
+            self._registry.forget(entry.handle.id)
+            return True
+        if (entry.state in FETCHING or entry.state is EntryState.RELISTENING) and entry.kind == "subscription":
+            registry = self._registry
+            registry.emit(entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", term)))
+        self._registry.close(entry, term)
+        return True
+
+    def ended_by_server(self, request_id: Any) -> bool:
+        """Whether ``request_id`` is a listen the server cancelled (its late answer is no news)."""
+        try:
+            return request_id in self._ended_by_server
+        except TypeError:  # an unhashable id is none of ours
+            return False
 
     # -- drops, re-listens and resyncs -----------------------------------------------------
 

@@ -22,7 +22,12 @@ state                          who may read or write it
 the Session (every protocol    any thread, only while it holds the **session
 state: phase, pending          monitor** (``_monitor.SessionMonitor``), and only
 requests, entries, slots,      through session code and the effects of
-subscriptions, the index)      ``_effects.PERFORMERS``
+subscriptions, the index,      ``_effects.PERFORMERS``
+the kept list pages)
+the tool book's ``facts``      replaced whole under the monitor (``LearnTools``);
+                               read without a lock by the transport's workers
+                               (``Mcp-Param-*`` headers) and host threads (may a
+                               dropped call be re-issued), through ``SharedState.tools``
 the listener index             written under the monitor *and* the lane's lock;
                                read by a reader under the lane's lock alone
 ``SharedState``                written under the monitor (``Shell.publish``), each
@@ -31,7 +36,7 @@ the refcount book              under ``SharedBook.lock``; wire operations on it 
                                ``SharedBook.serial`` (the client's wire turn)
 a handle's inbox and bound     queued by whoever delivers (under the monitor or the
                                lane's lock), read by the host; cut levels only rise
-the transport                  ``send``/``cancel_stream`` by a monitor holder;
+the transport                  ``send``/``cancel_stream``/``auth_context`` by a monitor holder;
                                ``open``/``close`` by a connector or the shutdown,
                                under ``Shell.transport_lock``; ``abort_open`` by
                                the shutdown, without it (it wakes the open that

@@ -99,7 +99,10 @@ class ClientActor(pykka.ThreadingActor):
         self.lane = DeliveryLane(ListenerIndex())
         self.shell = Shell(config, shared, self.lane, name)
         self.shell.attach(self.actor_ref, lambda generation: ConnectionSink(self.actor_ref, generation, self.lane))
-        self.session = Session(config.session, ids, self.lane, name)
+        self.session = Session(config.session, ids, self.lane, name, auth_context=config.transport.auth_context)
+        tools = self.session.lists.tools
+        tools.mirrored = config.transport.mirror_tool_arguments(tools.param_headers)
+        shared.tools = tools
         #: The one way into the session, for every thread (this actor included).
         self.monitor = shared.monitor = SessionMonitor(self.session, self.shell.perform)
         self.monitor.attach(self.shell.tell_actor)

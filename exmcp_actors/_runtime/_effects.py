@@ -236,7 +236,7 @@ class Shell:
             session.handle(ev.SendFailed(effect.request_id))  # its effects join this loop
 
     def _cancel_on_wire(self, session: Session, effect: ev.CancelOnWire) -> None:
-        if not self.transport.cancel_stream(effect.request_id):
+        if not self.transport.cancel_stream(effect.request_id) and effect.notice is not None:
             self._send(session, ev.Send(effect.notice))
 
     def _open_transport(self, session: Session, effect: ev.OpenTransport) -> None:

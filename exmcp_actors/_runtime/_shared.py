@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .._protocol._tool_book import ToolBook
     from ._monitor import SessionMonitor
 
 
@@ -38,6 +39,9 @@ class SharedState:
     disconnected_handles: list[Any] = field(default_factory=list)
     #: The one way into the session (set by the client actor as it is made).
     monitor: SessionMonitor | None = None
+    #: The session's tool book, whose facts host threads read without entering it (set with
+    #: the monitor; see ``_protocol._tool_book``).
+    tools: ToolBook | None = None
 
     def adopt(self, thread: threading.Thread) -> None:
         """Remember a thread (forgetting finished ones) so disconnect() can join it."""

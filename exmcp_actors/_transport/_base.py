@@ -9,6 +9,7 @@ costs one hand-off instead of one per frame.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._protocol._jsonrpc import Frame, InvalidFrame, RequestFailed
@@ -98,6 +99,22 @@ class Transport(abc.ABC):
         next ``close()``; called without the lock ``open`` runs under, so that a client that
         is shutting down does not wait out the open's timeout. Nothing by default: an open
         that cannot block for long needs nothing here (WebSocket implements it)."""
+
+    def mirror_tool_arguments(self, headers_for: Callable[[str, Any], dict[str, str]]) -> bool:
+        """Take ``headers_for(tool_name, arguments)``, the ``Mcp-Param-*`` headers of a
+        ``tools/call``, and whether this transport sends them.
+
+        MCP 2026-07-28 asks it of Streamable HTTP (HTTP returns True and adds them to each
+        modern ``tools/call``); other transports may ignore ``x-mcp-header`` and return False.
+        Called once, before ``open``.
+        """
+        return False
+
+    def auth_context(self) -> str:
+        """Who this transport makes requests as, for caches that must never serve one
+        principal's answers to another: an opaque digest of the credentials it sends (HTTP:
+        the OAuth token last sent), "" when those cannot change while the client lives."""
+        return ""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -6,6 +6,7 @@ Run it as::
                                      [--silent-probe] [--refuse-subscribe URI]... [--subscribe-delay URI=SECONDS]...
                                      [--event-store] [--retry-ms MS] [--listen-buffer N]
                                      [--unknown-session-400] [--bind-on-stdin]
+                                     [--extra-tools] [--cache-ttl-ms MS] [--cache-scope public|private]
 
 or by path (``python tests/peers/sdk_server.py ...``), which works from any cwd.
 
@@ -66,6 +67,7 @@ from mcp.shared.subscriptions import event_to_notification
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, JSONRPCMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
+from tests.peers.sdk_extras import Extras, cutting_streams
 from tests.peers.ws_adapter import websocket_app
 
 logger = logging.getLogger("sdk_peer")
@@ -230,6 +232,14 @@ class PeerState:
     listens_total: int = 0
     listens_ended: list[dict[str, Any]] = field(default_factory=list)
     next_conn: int = 0
+    #: --extra-tools and --cache-ttl-ms (tests/peers/sdk_extras.py).
+    extras: Extras = field(default_factory=Extras)
+
+    def tools(self) -> list[types.Tool]:
+        return self.extras.tools(TOOLS)
+
+    def hinted(self, result: Any) -> Any:
+        return self.extras.hinted(result)
 
     def live_sessions(self) -> list[SessionRecord]:
         return [s for s in self.sessions.values() if not s.closed]
@@ -253,6 +263,8 @@ class PeerState:
             "listens_total": self.listens_total,
             "listens_ended": list(self.listens_ended),
             "versions": dict(self.versions),
+            "runs": dict(self.extras.runs),
+            "posts": dict(self.extras.posts),
         }
 
 
@@ -394,7 +406,7 @@ def build_server(
     ) -> types.ListResourcesResult:
         items = [types.Resource(uri=uri, name=name, mime_type="text/plain") for uri, name in RESOURCES.items()]
         page, next_cursor = _page(items, params.cursor if params else None)
-        return types.ListResourcesResult(resources=page, next_cursor=next_cursor)
+        return state.hinted(types.ListResourcesResult(resources=page, next_cursor=next_cursor))
 
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -440,14 +452,14 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        page, next_cursor = _page(TOOLS, params.cursor if params else None)
-        return types.ListToolsResult(tools=page, next_cursor=next_cursor)
+        page, next_cursor = _page(state.tools(), params.cursor if params else None)
+        return state.hinted(types.ListToolsResult(tools=page, next_cursor=next_cursor))
 
     async def list_prompts(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
         page, next_cursor = _page(list(PROMPTS.values()), params.cursor if params else None)
-        return types.ListPromptsResult(prompts=page, next_cursor=next_cursor)
+        return state.hinted(types.ListPromptsResult(prompts=page, next_cursor=next_cursor))
 
     async def get_prompt(
         ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
@@ -544,6 +556,8 @@ def build_server(
             if listen_handler is not None:
                 listen_handler.close()
             return _text(json.dumps({"closed": open_ids}))
+        if state.extras.serves(name):
+            return _text(await state.extras.call(name, args, state.listens.values(), listen_handler))
         if name == "configure":
             state.refuse_subscribe.update(args.get("refuse_subscribe") or [])
             state.refuse_subscribe.difference_update(args.get("allow_subscribe") or [])
@@ -826,6 +840,7 @@ def build_app(server: Server[Any], state: PeerState, args: argparse.Namespace) -
             session_idle_timeout=None,
         )
         app = unknown_session_400(app) if args.unknown_session_400 else app
+        app = cutting_streams(app, state.extras) if args.extra_tools else app
         return legacy_only_http(app) if args.era == "legacy" else app
 
     holder: dict[str, Any] = {}
@@ -900,6 +915,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="ws/http: import everything, print WARM, then bind and serve once a line arrives on stdin",
     )
+    p.add_argument(
+        "--extra-tools",
+        action="store_true",
+        help="add the tools of the 2026-07-28 client tests (x-mcp-header, idempotent, drop_next, teardown_listens)",
+    )
+    p.add_argument("--cache-ttl-ms", type=int, default=None, help="ttlMs on every list result")
+    p.add_argument("--cache-scope", choices=["public", "private"], default="public", help="cacheScope with it")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -916,6 +938,7 @@ def main(argv: list[str] | None = None) -> int:
         listen_buffer=args.listen_buffer,
         refuse_subscribe=set(args.refuse_subscribe),
         subscribe_delay=dict(args.subscribe_delay),
+        extras=Extras(enabled=args.extra_tools, cache_ttl_ms=args.cache_ttl_ms, cache_scope=args.cache_scope),
     )
     server, _listen, _bus = build_server(state)
 

@@ -16,7 +16,8 @@ the request's id (``Outlet.fail``), whose error names the fault.
   ``.status`` (404, 503, ...) and ``.body`` (its first 1000 characters).
   When probing ``server/discover``, a 400/404/405 here means "legacy server".
 * The connection failed before a response arrived (refused, reset, timed
-  out): :class:`ExchangeFailed` saying how. A failure to connect at all also
+  out): :class:`ExchangeFailed` saying how; :class:`OutcomeUnknown` (one) once the whole
+  request had been written, since the server may have run it. A failure to connect at all also
   reports ``transport_lost("server unreachable: ...")``, after the failure.
 * An SSE response stream ended before the request's response arrived:
   :class:`ExchangeFailed`, see ``_resume.py``.
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from ..._protocol._errors import ExchangeFailed, InternalError, ProtocolError
+from ..._protocol._errors import ExchangeFailed, InternalError, OutcomeUnknown, ProtocolError
 from .._base import InvalidFrame
 from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._pump import answers, decode
@@ -132,7 +133,11 @@ class Poster:
             logger.warning("could not POST %s: %s", post.describe(), reason)
 
     def _fail_connection(self, post: Post, reason: str) -> None:
-        self._outlet.fail(post, ExchangeFailed(f"connection error: {reason}"))
+        what = f"connection error: {reason}"
+        if post.written.is_set():  # the whole request went out: the server may have run it
+            self._outlet.fail(post, OutcomeUnknown(what, request=post.describe()))
+        else:
+            self._outlet.fail(post, ExchangeFailed(what))
 
     def _handle_response(self, post: Post, response: httpx.Response) -> None:
         status = response.status_code

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -98,6 +99,8 @@ class HttpTransport(Transport):
         # Built on the first open of an https URL and reused: loading the CA
         # bundle costs tens of milliseconds.
         self._ssl_context: ssl.SSLContext | None = None
+        #: ``headers_for(tool, arguments)``: a modern ``tools/call``'s ``Mcp-Param-*`` headers.
+        self._param_headers: Callable[[str, Any], dict[str, str]] | None = None
 
     def open(self, sink: FrameSink, *, timeout: float) -> None:
         """Start a fresh connection (no session id, no negotiated version).
@@ -113,7 +116,7 @@ class HttpTransport(Transport):
         try:
             if self._ssl_context is None and self._tls:
                 self._ssl_context = ssl_context_for(self._cfg.verify)
-            link = Link(self._cfg, sink, self._ssl_context)
+            link = Link(self._cfg, sink, self._ssl_context, self._param_headers)
         except (OSError, ValueError, RuntimeError) as exc:  # a bad CA bundle, no thread to start
             raise TransportError(f"{self._display}: cannot open: {exc}") from exc
         with self._lock:
@@ -155,6 +158,17 @@ class HttpTransport(Transport):
         link = self._link
         if link is not None:
             link.negotiated(protocol_version, era)
+
+    def mirror_tool_arguments(self, headers_for: Callable[[str, Any], dict[str, str]]) -> bool:
+        """Streamable HTTP mirrors ``x-mcp-header`` arguments: each modern ``tools/call``
+        carries ``headers_for(name, arguments)`` (connections opened from now on)."""
+        self._param_headers = headers_for
+        return True
+
+    def auth_context(self) -> str:
+        """A digest of the OAuth token last sent ("" without ``auth``: the headers never change)."""
+        auth = self._cfg.auth
+        return auth.sent if isinstance(auth, BearerAuth) else ""
 
     def close(self) -> None:
         """DELETE the session (legacy, best effort), abort all streams, join all threads.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..._protocol._errors import TransportError
@@ -38,7 +39,14 @@ class Link:
     """Everything one ``open`` owns. ``close`` discards it whole, so a late
     thread of an old connection can never touch the next one."""
 
-    def __init__(self, cfg: Config, sink: FrameSink, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        sink: FrameSink,
+        ssl_context: ssl.SSLContext | None,
+        param_headers: Callable[[str, Any], dict[str, str]] | None = None,
+    ) -> None:
+        self._param_headers = param_headers
         self._backend = TrackingBackend()
         self._client = make_client(cfg, self._backend, ssl_context)
         self._outlet = Outlet(sink, self._backend)
@@ -63,7 +71,7 @@ class Link:
         if self._outlet.lost:
             raise TransportError("HTTP connection was lost")
         body = encode_message(message)
-        post = Post(message, body, self._session.era)
+        post = Post(message, body, self._session.era, self._param_headers)
         self._inflight.add(post)
         self._writer.put(post)
 

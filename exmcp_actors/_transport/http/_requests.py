@@ -48,13 +48,20 @@ class Post:
         "method",
         "modern",
         "name",
+        "param_headers",
         "request_id",
         "sent_session",
         "thread_id",
         "written",
     )
 
-    def __init__(self, message: dict[str, Any], body: bytes, era: str | None) -> None:
+    def __init__(
+        self,
+        message: dict[str, Any],
+        body: bytes,
+        era: str | None,
+        param_headers: Callable[[str, Any], dict[str, str]] | None = None,
+    ) -> None:
         self.body = body
         method = message.get("method")
         self.method: str | None = method if isinstance(method, str) else None
@@ -71,6 +78,11 @@ class Post:
             value = params.get(_NAME_PARAMS[self.method])
             name = value if isinstance(value, str) else None
         self.name: str | None = name
+        #: A modern ``tools/call``'s arguments marked ``x-mcp-header``, as ``Mcp-Param-*`` headers.
+        self.param_headers: dict[str, str] = {}
+        if self.modern and self.method == "tools/call" and name is not None and param_headers is not None:
+            assert isinstance(params, dict)
+            self.param_headers = param_headers(name, params.get("arguments"))
         self.cancelled = False
         self.sent_session = False
         self.thread_id: int | None = None

@@ -22,8 +22,8 @@ dropped POST stream, both with ``Last-Event-ID`` after the server's ``retry:``.
   ready while deaf), else only give the GET stream up (a server without one).
 * An SSE response stream ended (server closed it, or the connection broke)
   before the request's response arrived: the request fails with
-  ``ExchangeFailed(STREAM_DROPPED)``, a transport failure, never a server's
-  error answer. For a ``subscriptions/listen`` this is the abrupt drop of that
+  ``OutcomeUnknown(STREAM_DROPPED)`` (an ``ExchangeFailed``: it may or may not have run),
+  a transport failure, never a server's error answer. For a ``subscriptions/listen`` this is the abrupt drop of that
   one subscription (the client may re-listen and refetch); the transport
   itself is fine.
   Legacy streams that carried SSE ids are first resumed with a GET and
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Final
 
 import httpx
 
-from ..._protocol._errors import ExchangeFailed
+from ..._protocol._errors import OutcomeUnknown
 from ..._util._redact import redact_url
 from ._config import IO_ERRORS, Config, io_error_text, logger, status_line
 from ._session import session_gone
@@ -176,7 +176,7 @@ class StreamResumer:
             quick = quick + 1 if streams.ended_at_once(opened_at, outcome is None, parser.retry_ms) else 0
         if not outlet.silenced(post):
             logger.debug("stream of %s dropped before its response", post.describe())
-            outlet.fail(post, ExchangeFailed(STREAM_DROPPED))
+            outlet.fail(post, OutcomeUnknown(STREAM_DROPPED, request=post.describe()))
 
     def _resume(self, post: Post, parser: SSEParser) -> bool | None:
         """GET with Last-Event-ID; True: response arrived, None: stream opened, delivered

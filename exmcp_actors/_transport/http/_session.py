@@ -11,7 +11,8 @@ version header from that ``_meta`` value, so the first ``server/discover``
 probe carries it, plus ``Mcp-Method: <method>`` and, for ``tools/call``,
 ``prompts/get`` and ``resources/read``, ``Mcp-Name: <params.name or
 params.uri>`` (base64-wrapped as ``=?base64?...?=`` when not plain printable
-ASCII). The SDK server routes on the version header alone: a request
+ASCII), and for ``tools/call`` the ``Mcp-Param-*`` headers of its ``x-mcp-header``
+arguments (``Post.param_headers``). The SDK server routes on the version header alone: a request
 without it, or with a legacy version, takes the legacy path; with
 ``2026-07-28`` it must match ``_meta`` exactly, as must ``Mcp-Method`` and
 ``Mcp-Name``, else error -32020 at HTTP 400.
@@ -25,7 +26,6 @@ value is no session, as in the official SDKs. The id is never logged.
 
 from __future__ import annotations
 
-import base64
 import re
 import threading
 from collections.abc import Sequence
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
+from ..._protocol._param_headers import encode_header_value
 from ._config import IO_ERRORS, Config, io_error_text, logger
 
 if TYPE_CHECKING:
@@ -139,7 +140,8 @@ class HttpSession:
         if post.modern and post.method is not None:
             headers["Mcp-Method"] = post.method
             if post.name is not None:
-                headers["Mcp-Name"] = _encode_header_value(post.name)
+                headers["Mcp-Name"] = encode_header_value(post.name)
+            headers.update(post.param_headers)
         return headers
 
     def get_headers(self, last_event_id: str | None) -> httpx.Headers:
@@ -195,12 +197,3 @@ def session_gone(status: int, body: bytes) -> str | None:
     if status == 400 and b"session" in body.lower():
         return "session unknown to the server (400)"
     return None
-
-
-def _encode_header_value(value: str) -> str:
-    """An HTTP-safe rendering of ``value``: as is when printable ASCII without
-    edge whitespace, else ``=?base64?<utf-8 base64>?=`` (the MCP convention)."""
-    plain = all(" " <= ch <= "~" for ch in value) and value == value.strip()
-    if plain and not (value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="

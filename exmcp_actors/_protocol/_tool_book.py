@@ -1,0 +1,113 @@
+"""What the client learned of each tool from ``tools/list`` (sans-IO): the arguments it
+mirrors into ``Mcp-Param-*`` headers, and whether calling it again is harmless.
+
+The book is changed only by :meth:`ToolBook.learn`, which its owner (the session, under
+its monitor) runs for every page a ``list_tools`` fetched or took from the cache. Its
+:attr:`~ToolBook.facts` mapping is replaced whole, never changed in place, so the
+transport's workers (building a POST's headers) and host threads (deciding whether a
+dropped ``tools/call`` may be re-issued) read it without a lock (``exmcp_actors._runtime``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
+
+from ._param_headers import HeaderMap, header_map, invalid_x_mcp_header, param_headers
+from ._peer_text import peer_text
+from ._ratelog import RateLimitedLog
+
+logger = logging.getLogger("exmcp_actors")
+
+__all__ = ["ToolBook", "ToolFacts"]
+
+#: Tools whose rejection was logged already, remembered so a re-list logs each once; past
+#: this many (a server inventing names) the oldest are forgotten.
+MAX_WARNED: Final = 256
+
+
+class ToolFacts(NamedTuple):
+    """One tool, as its last listing described it."""
+
+    #: Its valid ``x-mcp-header`` annotations.
+    headers: HeaderMap
+    #: ``annotations.idempotentHint`` is true: a call may be sent again after a dropped answer.
+    idempotent: bool
+
+
+_EMPTY: Final[Mapping[str, ToolFacts]] = MappingProxyType({})
+
+
+def _facts_of(tool: dict[str, Any]) -> ToolFacts:
+    annotations = tool.get("annotations")
+    idempotent = isinstance(annotations, dict) and annotations.get("idempotentHint") is True
+    return ToolFacts(header_map(tool.get("inputSchema")), idempotent)
+
+
+class ToolBook:
+    """See the module docstring. ``mirrored`` (set once, before the first request): the
+    transport sends ``Mcp-Param-*`` headers (Streamable HTTP), so a tool with invalid
+    annotations is left out of the listing there; other transports may ignore them."""
+
+    def __init__(self, name: str = "client") -> None:
+        self.name = name
+        self.mirrored = False
+        #: Tool name -> what its listing said; replaced whole (see the module docstring).
+        self.facts: Mapping[str, ToolFacts] = _EMPTY
+        self._warned: dict[tuple[str, str], None] = {}
+        self._log = RateLimitedLog(logger)
+
+    def learn(self, tools: list[Any], *, modern: bool, complete: bool) -> list[Any]:
+        """Take tools of a listing; returns those the caller may see.
+
+        On a modern connection over a mirroring transport a tool with invalid
+        ``x-mcp-header`` annotations is left out (and logged once, at a bounded rate).
+        ``complete``: ``tools`` is a whole listing (every page from the first), so tools it
+        does not name are forgotten; else they are one page, added to what is known.
+        """
+        drop = modern and self.mirrored
+        kept: list[Any] = []
+        facts = {} if complete else dict(self.facts)
+        for tool in tools:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            if not isinstance(name, str):
+                kept.append(tool)  # not ours to judge: the host sees what the server sent
+                continue
+            assert isinstance(tool, dict)
+            why = invalid_x_mcp_header(tool.get("inputSchema")) if drop else None
+            if why is not None:
+                facts.pop(name, None)
+                self._rejected(name, why)
+                continue
+            facts[name] = _facts_of(tool)
+            kept.append(tool)
+        self.facts = MappingProxyType(facts)
+        return kept
+
+    def _rejected(self, name: str, why: str) -> None:
+        key = (name, why)
+        if key in self._warned:
+            return
+        self._warned[key] = None
+        if len(self._warned) > MAX_WARNED:
+            del self._warned[next(iter(self._warned))]
+        self._log.warning(
+            "x-mcp-header",
+            "%s: tool %s left out of tools/list: invalid x-mcp-header (%s)",
+            self.name,
+            peer_text(name, quote=True),
+            peer_text(why),
+        )
+
+    # -- read without a lock -----------------------------------------------------------
+
+    def param_headers(self, name: str, arguments: Any) -> dict[str, str]:
+        """The ``Mcp-Param-*`` headers of a ``tools/call`` of ``name`` (none for a tool not listed)."""
+        facts = self.facts.get(name)
+        return param_headers(facts.headers, arguments) if facts is not None and facts.headers else {}
+
+    def idempotent(self, name: str) -> bool:
+        facts = self.facts.get(name)
+        return facts is not None and facts.idempotent

@@ -1,0 +1,189 @@
+"""What the SDK peer (tests/peers/sdk_server.py) adds for the MCP 2026-07-28 client tests,
+each behind a flag so the default peer stays as every other test knows it.
+
+``--extra-tools`` adds these tools:
+
+* ``route``: arguments marked ``x-mcp-header`` (nested, of every allowed type); the SDK's
+  HTTP server refuses a call whose ``Mcp-Param-*`` headers are missing or differ (-32020).
+  ``rename_header {name}`` changes the header its ``region`` is mirrored as.
+* ``bad_header``: ``x-mcp-header`` on a number, an invalid annotation.
+* ``bump`` (not idempotent) and ``peek`` (``idempotentHint: true``): count their runs.
+* ``drop_next {target, count}`` (HTTP): the next ``count`` POSTs of ``target`` (a method,
+  or ``tools/call:<tool>``) reach the server and run, then their response stream is cut
+  before the answer, as a proxy or an instance leaving a pool would (:func:`cutting_streams`).
+* ``teardown_listens {reason, answer}``: the server tears every open listen down:
+  ``notifications/cancelled`` naming it, then (unless ``answer`` is false) its graceful answer.
+
+``stats`` then also reports ``runs`` (per extra tool) and ``posts`` (per target, HTTP).
+``--cache-ttl-ms MS`` (with ``--cache-scope``) puts those cache hints on every list result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+def _route(region: str) -> types.Tool:
+    properties = {
+        "region": {"type": "string", "x-mcp-header": region},
+        "shard": {"type": "integer", "x-mcp-header": "Shard"},
+        "dry": {"type": "boolean", "x-mcp-header": "Dry"},
+        "target": _object({"zone": {"type": "string", "x-mcp-header": "Zone"}}),
+        "note": {"type": "string"},
+    }
+    return types.Tool(name="route", description="Echoes its arguments as JSON.", input_schema=_object(properties))
+
+
+EXTRA_TOOLS: list[types.Tool] = [
+    types.Tool(
+        name="bad_header",
+        description="x-mcp-header on a number: an invalid annotation, so HTTP clients leave it out.",
+        input_schema=_object({"ratio": {"type": "number", "x-mcp-header": "Ratio"}}),
+    ),
+    types.Tool(name="bump", description="Counts its runs (not idempotent).", input_schema=_object({})),
+    types.Tool(
+        name="peek",
+        description="Counts its runs; marked idempotent.",
+        input_schema=_object({}),
+        annotations=types.ToolAnnotations(idempotent_hint=True),
+    ),
+    types.Tool(
+        name="rename_header",
+        description="route's `region` is mirrored as Mcp-Param-<name> from now on.",
+        input_schema=_object({"name": {"type": "string"}}),
+    ),
+    types.Tool(
+        name="drop_next",
+        description="http: the next `count` POSTs of `target` run, then their response stream is cut.",
+        input_schema=_object({"target": {"type": "string"}, "count": {"type": "integer"}}),
+    ),
+    types.Tool(
+        name="teardown_listens",
+        description="notifications/cancelled for every open listen, then (unless `answer` is false) its answer.",
+        input_schema=_object({"reason": {"type": "string"}, "answer": {"type": "boolean"}}),
+    ),
+]
+_NAMES = frozenset(["route", *(tool.name for tool in EXTRA_TOOLS)])
+
+
+@dataclass
+class Extras:
+    """The peer's state for these additions."""
+
+    enabled: bool = False
+    #: Cache hints put on every list result (None: the SDK's default, ttlMs 0).
+    cache_ttl_ms: int | None = None
+    cache_scope: str = "public"
+    region_header: str = "Region"
+    #: Runs of each extra tool, and the POSTs received of each target.
+    runs: dict[str, int] = field(default_factory=dict)
+    posts: dict[str, int] = field(default_factory=dict)
+    #: drop_next: target -> how many more response streams to cut.
+    drops: dict[str, int] = field(default_factory=dict)
+
+    def tools(self, base: list[types.Tool]) -> list[types.Tool]:
+        return [*base, _route(self.region_header), *EXTRA_TOOLS] if self.enabled else base
+
+    def hinted(self, result: Any) -> Any:
+        """``result`` with the configured cache hints."""
+        if self.cache_ttl_ms is None:
+            return result
+        return result.model_copy(update={"ttl_ms": self.cache_ttl_ms, "cache_scope": self.cache_scope})
+
+    def serves(self, name: str) -> bool:
+        return self.enabled and name in _NAMES
+
+    async def call(self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any) -> str:
+        """Run an extra tool; returns its text. ``listens``: the open listen records
+        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``."""
+        self.runs[name] = self.runs.get(name, 0) + 1
+        if name == "route":
+            return json.dumps(dict(args), sort_keys=True)
+        if name in ("bump", "peek"):
+            return str(self.runs[name])
+        if name == "rename_header":
+            self.region_header = str(args["name"])
+            return self.region_header
+        if name == "drop_next":
+            self.drops[str(args["target"])] = int(args.get("count", 1))
+            return "armed"
+        if name == "teardown_listens":
+            reason = str(args.get("reason", "server shutting down"))
+            open_listens = list(listens)
+            for listen in open_listens:
+                cancelled = types.CancelledNotification(
+                    params=types.CancelledNotificationParams(request_id=listen.listen_id, reason=reason)
+                )
+                await listen.ctx.session.send_notification(cancelled, related_request_id=listen.listen_id)
+            if listen_handler is not None and args.get("answer", True):
+                listen_handler.close()  # then each listen's graceful answer (the spec's SHOULD)
+            return json.dumps({"cancelled": [listen.listen_id for listen in open_listens]})
+        raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
+
+
+def cutting_streams(app: Any, extras: Extras) -> Any:
+    """ASGI wrapper (HTTP, --extra-tools): counts the POSTs of each target, and for one that
+    ``drop_next`` armed lets the server run it, then cuts its response stream before the
+    answer: the client sees an SSE body end early."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        target = _post_target(body)
+        if target is not None:
+            extras.posts[target] = extras.posts.get(target, 0) + 1
+        given = False
+
+        async def replay() -> Any:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        if target is None or extras.drops.get(target, 0) <= 0:
+            await app(scope, replay, send)
+            return
+        extras.drops[target] -= 1
+
+        async def swallow(message: Any) -> None:
+            pass
+
+        await app(scope, replay, swallow)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b": the answer is on its way\n\n", "more_body": True})
+        # Returning mid-body: uvicorn drops the connection, and the answer never comes.
+
+    return wrapped
+
+
+def _post_target(body: bytes) -> str | None:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
+        return None
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    if message["method"] == "tools/call":
+        return f"tools/call:{params.get('name')}"
+    return str(message["method"])
