@@ -350,6 +350,27 @@ def test_a_task_handle_ends_when_the_client_disconnects(server: FakeServer) -> N
         task.get(timeout=TIMEOUT)
 
 
+def test_a_task_handle_made_as_the_client_disconnects_ends_too(server: FakeServer) -> None:
+    FakeTasks(server)
+    client = mcp.connect(server.transport(), reconnect=False)
+    adopt = client._host.adopt_task
+
+    def adopt_after_disconnect(task_id: str, feed: Any) -> None:
+        client.disconnect()  # the client closes between the call's answer and the handle's adoption
+        adopt(task_id, feed)
+
+    client._host.adopt_task = adopt_after_disconnect  # type: ignore[method-assign]
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    ended = threading.Event()
+
+    def reader() -> None:
+        list(task)  # no status can come any more: this must end, not block for ever
+        ended.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    assert ended.wait(TIMEOUT), "iterating a task made as the client disconnected blocked for ever"
+
+
 def test_only_the_latest_early_status_of_a_task_is_kept(server: FakeServer) -> None:
     @server.on("tools/call")
     def call(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
