@@ -233,17 +233,29 @@ class Task:
     def get(self, timeout: float | None = None) -> Notification:
         """The next status notification; ``queue.Empty`` on timeout or once the task has ended.
         On 2026-07-28 waiting polls ``tasks/get``, since nothing else may report the task."""
-        if self._modern_meta is not None and not self._ended.is_set() and self._inbox.empty():
+        if self._modern_meta is not None:
             deadline = None if timeout is None else time.monotonic() + timeout
             try:
-                while self._inbox.empty() and not self._ended.is_set():
+                while not self._ended.is_set():
+                    # Seeing a status and taking it are one step: another thread reading this
+                    # task may take the one seen, and this read then polls on.
+                    try:
+                        item = self._inbox.get(block=False)
+                    except queue.Empty:
+                        pass
+                    else:
+                        return self._notification(item)
                     self.refresh(timeout=_left(deadline))
                     if self._inbox.empty():
                         self._wait_for_news(deadline, lambda: not self._inbox.empty())
             except RequestTimeout:
                 raise queue.Empty from None
-            timeout = 0.001
-        item = self._inbox.get(timeout=timeout) if not self._ended.is_set() or not self._inbox.empty() else _END
+        # Once ended, _END stays queued behind the last statuses (each reader puts it back).
+        return self._notification(self._inbox.get(timeout=timeout))
+
+    def _notification(self, item: Any) -> Notification:
+        """A taken item as :meth:`get` returns it: ``queue.Empty`` for the end (put back for
+        every other reader)."""
         if item is _END:
             self._inbox.put(_END)
             raise queue.Empty
