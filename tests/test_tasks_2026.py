@@ -181,6 +181,54 @@ def test_a_2026_task_read_from_two_threads_ends_neither_read_before_the_task_end
     assert waiting().params["status"] == "completed"  # the other read waited on: no early queue.Empty
 
 
+class PushMeanwhile(queue.SimpleQueue[Any]):
+    """A task's inbox where the first status this thread queues waits for ``push()`` to run on
+    the client's side first (a push landing in the instant a poll's answer is noted), for a
+    bounded time: once noting and queueing are one step, the push waits for this one."""
+
+    def __init__(self, push: Callable[[], None], landed: threading.Event) -> None:
+        super().__init__()
+        self._push, self._landed = push, landed
+        self._main = threading.current_thread()
+        self._pushed = False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if threading.current_thread() is self._main and not self._pushed:
+            self._pushed = True
+            self._push()
+            self._landed.wait(0.5)
+        super().put(item, block, timeout)
+
+
+def test_a_2026_task_polled_as_a_push_ends_it_reports_its_statuses_in_order_and_none_after_the_end(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=60_000)
+    client = connect(modern)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    sub = client.listen({"taskIds": [task.task_id]}, timeout=TIMEOUT)
+    ended = threading.Event()
+    tasks.complete(task.task_id, DONE)
+    done = tasks.detailed(task.task_id)  # what the push carries
+    asked = {key: value for key, value in done.items() if key != "result"} | {
+        "resultType": "complete",
+        "status": "input_required",
+    }
+    modern.on("tasks/get", lambda params, ctx: asked)  # the poll's answer, older than the push
+
+    def push() -> None:
+        modern.event(sub.subscription_id, "notifications/tasks", done)
+        threading.Thread(target=lambda: ended.set() if task._ended.wait(TIMEOUT) else None, daemon=True).start()
+
+    task._inbox = PushMeanwhile(push, ended)
+    task.refresh(timeout=TIMEOUT)
+    assert ended.wait(TIMEOUT) and sub.get(timeout=TIMEOUT).params["status"] == "completed"
+    assert task.status == "completed"  # the push's status is final
+    assert [n.params["status"] for n in task] == ["input_required", "completed"]
+    with pytest.raises(queue.Empty):
+        task.get(timeout=TIMEOUT)  # nothing is left behind the end
+
+
 def test_a_failed_2026_task_raises_the_error_it_carries(modern: FakeServer, connect: Callable[..., mcp.Client]) -> None:
     tasks = FakeTasks(modern, poll_interval_ms=20)
     task = connect(modern).call_tool("echo", {}, task=True, timeout=TIMEOUT)
