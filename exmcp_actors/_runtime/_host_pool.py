@@ -245,9 +245,9 @@ class HostRuntime:
             closed = self._closed
             if not closed:
                 self.tasks.put(task_id, feed)
-            early = self._early.pop(task_id, [])
-        for params in early:
-            feed.noted(params)
+            # Under the lock: a later status, which finds the feed here, waits until these are taken.
+            for params in self._early.pop(task_id, []):
+                feed.noted(params)
         if closed:  # made as the client closed: no status can come, and nothing would end it
             feed.ended()
 
