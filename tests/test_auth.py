@@ -271,6 +271,29 @@ def test_default_on_authorize_opens_the_browser_and_takes_the_loopback_callback(
     assert len(opened) == 1 and peer.provider.issued == [("code", peer.url)]
 
 
+def test_a_browser_that_fails_to_open_leaves_no_callback_listener_behind(
+    peer: AuthPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def browser(url: str) -> bool:
+        raise RuntimeError("webbrowser.open refused by an audit hook")
+
+    monkeypatch.setattr("exmcp_actors._auth._browser.webbrowser.open", browser)
+    auth = mcp.OAuth(authorize_timeout=10.0)
+    with pytest.raises(mcp.ConnectError):
+        mcp.connect(peer.url, auth=auth, reconnect=False, connect_timeout=10.0)
+    listening = [t.name for t in threading.enumerate() if t.name.startswith("exmcp-oauth-callback")]
+    assert listening == [], "the loopback listener kept its port and threads after the flow failed"
+    assert auth.last_error is not None and "browser" in auth.last_error
+
+    def working(url: str) -> bool:
+        assert httpx.get(follow(url), timeout=10.0).status_code == 200
+        return True
+
+    monkeypatch.setattr("exmcp_actors._auth._browser.webbrowser.open", working)
+    with mcp.connect(peer.url, auth=auth, reconnect=False) as client:  # the redirect's port is free again
+        client.list_tools()
+
+
 def test_metadata_naming_another_issuer_is_refused() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path.startswith("/.well-known/oauth-protected-resource"):

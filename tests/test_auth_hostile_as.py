@@ -459,3 +459,28 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: py
         storage.save("https://srv/mcp", {"tokens": object()})  # not JSON-able
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.json"]
     assert storage.load("https://srv/mcp") == _record()
+
+
+def test_two_token_files_on_one_path_keep_each_others_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tokens.json"
+    first, second = mcp.FileTokenStorage(path), mcp.FileTokenStorage(path)  # one per OAuth, as hosts make them
+    inside, second_done = threading.Event(), threading.Event()
+    create_temp = _storage.FileTokenStorage._create_temp
+
+    def slow_first(self: mcp.FileTokenStorage) -> Any:
+        if self is first:  # it has read the file: hold it there while the other saves
+            inside.set()
+            # Bounded: once the two saves take turns, the second cannot finish meanwhile.
+            second_done.wait(1.0)
+        return create_temp(self)
+
+    monkeypatch.setattr(_storage.FileTokenStorage, "_create_temp", slow_first)
+    saving = threading.Thread(target=first.save, args=("https://a/mcp", _record()), daemon=True)
+    saving.start()
+    assert inside.wait(WAIT)
+    other = threading.Thread(target=lambda: (second.save("https://b/mcp", _record()), second_done.set()), daemon=True)
+    other.start()
+    saving.join(WAIT)
+    other.join(WAIT)
+    assert mcp.FileTokenStorage(path).load("https://a/mcp") == _record()
+    assert mcp.FileTokenStorage(path).load("https://b/mcp") == _record(), "one save overwrote the other's record"

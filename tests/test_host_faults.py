@@ -350,6 +350,27 @@ def test_a_task_handle_ends_when_the_client_disconnects(server: FakeServer) -> N
         task.get(timeout=TIMEOUT)
 
 
+def test_a_task_handle_made_as_the_client_disconnects_ends_too(server: FakeServer) -> None:
+    FakeTasks(server)
+    client = mcp.connect(server.transport(), reconnect=False)
+    adopt = client._host.adopt_task
+
+    def adopt_after_disconnect(task_id: str, feed: Any) -> None:
+        client.disconnect()  # the client closes between the call's answer and the handle's adoption
+        adopt(task_id, feed)
+
+    client._host.adopt_task = adopt_after_disconnect  # type: ignore[method-assign]
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    ended = threading.Event()
+
+    def reader() -> None:
+        list(task)  # no status can come any more: this must end, not block for ever
+        ended.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    assert ended.wait(TIMEOUT), "iterating a task made as the client disconnected blocked for ever"
+
+
 def test_only_the_latest_early_status_of_a_task_is_kept(server: FakeServer) -> None:
     @server.on("tools/call")
     def call(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -364,6 +385,37 @@ def test_only_the_latest_early_status_of_a_task_is_kept(server: FakeServer) -> N
         # The marker: a later status, behind the 1,000 on the wire, is the next message.
         server.notify("notifications/tasks/status", {"taskId": "early-2", "status": "working", "marker": 1})
         assert task.get(timeout=TIMEOUT).params == {"taskId": "early-2", "status": "working", "marker": 1}
+
+
+def test_an_early_task_status_is_taken_before_a_later_one(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    @server.on("tools/call")
+    def call(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.notify("notifications/tasks/status", {"taskId": "early-3", "status": "input_required"})
+        return {"task": {"taskId": "early-3", "status": "working"}}
+
+    noted = mcp.Task._status_noted
+    main, later_noted = threading.current_thread(), threading.Event()
+
+    def note(task: mcp.Task, params: dict[str, Any]) -> None:
+        if threading.current_thread() is not main:
+            noted(task, params)
+            later_noted.set()
+            return
+        if not later_noted.is_set() and params.get("marker") is None:
+            # The early status is being handed over as the later one arrives: let it try to
+            # pass (bounded: once the hand-over keeps the order, the later one waits for it).
+            server.notify("notifications/tasks/status", {"taskId": "early-3", "status": "working", "marker": 1})
+            later_noted.wait(0.5)
+        noted(task, params)
+
+    monkeypatch.setattr(mcp.Task, "_status_noted", note)
+    with mcp.connect(server.transport()) as client:
+        task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        assert later_noted.wait(TIMEOUT)  # both are taken by now
+        assert task.status == "working", "the early status was taken after the later one"
+        first, second = task.get(timeout=TIMEOUT), task.get(timeout=TIMEOUT)
+        assert [first.params["status"], second.params["status"]] == ["input_required", "working"]
+        assert second.params.get("marker") == 1
 
 
 def test_task_result_names_a_wrong_typed_timeout(server: FakeServer, connect: Callable[..., mcp.Client]) -> None:

@@ -9,6 +9,7 @@ so those pushes come from the FakeServer.
 from __future__ import annotations
 
 import itertools
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -147,6 +148,85 @@ def test_a_2026_task_hears_notifications_tasks_on_a_listen_naming_it(
     assert result() == DONE  # taken from the push: no poll was due yet
     assert modern.count("tasks/get") == 1
     assert [(n.method, n.params["status"]) for n in task] == [("notifications/tasks", "completed")]
+
+
+class StatusTakenFirst(queue.SimpleQueue[Any]):
+    """A task's inbox where, the first time a thread other than the test's goes to take a
+    waiting status, the test's thread takes it first (the instant between the two)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reaching, self.taken = threading.Event(), threading.Event()
+        self._main = threading.current_thread()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if threading.current_thread() is not self._main and not self.empty() and not self.reaching.is_set():
+            self.reaching.set()
+            self.taken.wait(TIMEOUT)
+        return super().get(block, timeout)
+
+
+def test_a_2026_task_read_from_two_threads_ends_neither_read_before_the_task_ends(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=20)
+    task = connect(modern).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    inbox = task._inbox = StatusTakenFirst()
+    waiting = in_thread(task.get)  # no timeout: a status, or the end of the task
+    tasks.set_status(task.task_id, "input_required", "a question")
+    assert inbox.reaching.wait(TIMEOUT)  # its poll brought the status, and it goes to take it
+    assert task.get(timeout=TIMEOUT).params["status"] == "input_required"  # this thread is quicker
+    inbox.taken.set()
+    tasks.complete(task.task_id, DONE)
+    assert waiting().params["status"] == "completed"  # the other read waited on: no early queue.Empty
+
+
+class PushMeanwhile(queue.SimpleQueue[Any]):
+    """A task's inbox where the first status this thread queues waits for ``push()`` to run on
+    the client's side first (a push landing in the instant a poll's answer is noted), for a
+    bounded time: once noting and queueing are one step, the push waits for this one."""
+
+    def __init__(self, push: Callable[[], None], landed: threading.Event) -> None:
+        super().__init__()
+        self._push, self._landed = push, landed
+        self._main = threading.current_thread()
+        self._pushed = False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if threading.current_thread() is self._main and not self._pushed:
+            self._pushed = True
+            self._push()
+            self._landed.wait(0.5)
+        super().put(item, block, timeout)
+
+
+def test_a_2026_task_polled_as_a_push_ends_it_reports_its_statuses_in_order_and_none_after_the_end(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=60_000)
+    client = connect(modern)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    sub = client.listen({"taskIds": [task.task_id]}, timeout=TIMEOUT)
+    ended = threading.Event()
+    tasks.complete(task.task_id, DONE)
+    done = tasks.detailed(task.task_id)  # what the push carries
+    asked = {key: value for key, value in done.items() if key != "result"} | {
+        "resultType": "complete",
+        "status": "input_required",
+    }
+    modern.on("tasks/get", lambda params, ctx: asked)  # the poll's answer, older than the push
+
+    def push() -> None:
+        modern.event(sub.subscription_id, "notifications/tasks", done)
+        threading.Thread(target=lambda: ended.set() if task._ended.wait(TIMEOUT) else None, daemon=True).start()
+
+    task._inbox = PushMeanwhile(push, ended)
+    task.refresh(timeout=TIMEOUT)
+    assert ended.wait(TIMEOUT) and sub.get(timeout=TIMEOUT).params["status"] == "completed"
+    assert task.status == "completed"  # the push's status is final
+    assert [n.params["status"] for n in task] == ["input_required", "completed"]
+    with pytest.raises(queue.Empty):
+        task.get(timeout=TIMEOUT)  # nothing is left behind the end
 
 
 def test_a_failed_2026_task_raises_the_error_it_carries(modern: FakeServer, connect: Callable[..., mcp.Client]) -> None:

@@ -103,20 +103,18 @@ class Task:
         with self._lock:
             return dict(self._info)
 
-    def _noted(self, info: dict[str, Any]) -> bool:
-        """Take a newer task object; True if it changed the status."""
-        with self._lock:
-            if self._info.get("status") in TERMINAL_TASK_STATES:
-                return False  # a terminal status is final
-            changed = info.get("status") != self._info.get("status")
-            self._info.update(info)
-        return changed
-
     def _status_noted(self, params: dict[str, Any]) -> None:
-        """A status notification for this task (or a ``tasks/get`` answer)."""
+        """A status notification for this task (or a ``tasks/get`` answer, or a push: the two
+        may come at once, from a polling host thread and the client's)."""
         fields = _task_fields(params)
-        if self._noted(fields):
-            self._inbox.put(Notification(NOTIFICATION, self, self._method, fields))
+        with self._lock:
+            # Taken and queued in one step, so the statuses queue in the order they were taken,
+            # and none behind the end (a terminal status is final).
+            if self._info.get("status") not in TERMINAL_TASK_STATES:
+                changed = fields.get("status") != self._info.get("status")
+                self._info.update(fields)
+                if changed and not self._ended.is_set():
+                    self._inbox.put(Notification(NOTIFICATION, self, self._method, fields))
         if params.get("status") in TERMINAL_TASK_STATES:
             self._end()
         with self._arrived:
@@ -124,11 +122,13 @@ class Task:
 
     def _end(self) -> None:
         """No more statuses: a terminal one came, or the client closed."""
-        if not self._ended.is_set():
-            self._ended.set()
-            self._inbox.put(_END)
-            if self._forget is not None:
-                self._forget(self.task_id)
+        with self._lock:
+            first = not self._ended.is_set()
+            if first:
+                self._ended.set()
+                self._inbox.put(_END)
+        if first and self._forget is not None:
+            self._forget(self.task_id)
         with self._arrived:
             self._arrived.notify_all()
 
@@ -233,17 +233,29 @@ class Task:
     def get(self, timeout: float | None = None) -> Notification:
         """The next status notification; ``queue.Empty`` on timeout or once the task has ended.
         On 2026-07-28 waiting polls ``tasks/get``, since nothing else may report the task."""
-        if self._modern_meta is not None and not self._ended.is_set() and self._inbox.empty():
+        if self._modern_meta is not None:
             deadline = None if timeout is None else time.monotonic() + timeout
             try:
-                while self._inbox.empty() and not self._ended.is_set():
+                while not self._ended.is_set():
+                    # Seeing a status and taking it are one step: another thread reading this
+                    # task may take the one seen, and this read then polls on.
+                    try:
+                        item = self._inbox.get(block=False)
+                    except queue.Empty:
+                        pass
+                    else:
+                        return self._notification(item)
                     self.refresh(timeout=_left(deadline))
                     if self._inbox.empty():
                         self._wait_for_news(deadline, lambda: not self._inbox.empty())
             except RequestTimeout:
                 raise queue.Empty from None
-            timeout = 0.001
-        item = self._inbox.get(timeout=timeout) if not self._ended.is_set() or not self._inbox.empty() else _END
+        # Once ended, _END stays queued behind the last statuses (each reader puts it back).
+        return self._notification(self._inbox.get(timeout=timeout))
+
+    def _notification(self, item: Any) -> Notification:
+        """A taken item as :meth:`get` returns it: ``queue.Empty`` for the end (put back for
+        every other reader)."""
         if item is _END:
             self._inbox.put(_END)
             raise queue.Empty

@@ -422,7 +422,13 @@ class OAuth:
         # Only the response to this request ends the wait: any local process can reach the
         # listener, and a forged callback taken first would fail the flow.
         listener = LoopbackListener(redirect, state)
-        open_browser(url)
+        try:
+            open_browser(url)
+        except BaseException as exc:
+            listener.close()  # else it holds the redirect's port, and every later flow fails to bind it
+            if isinstance(exc, Exception):
+                raise AuthError(f"opening the browser failed: {type(exc).__name__}") from exc
+            raise
         return listener.wait(redirect, self.authorize_timeout)
 
     def _redirect(self) -> str:

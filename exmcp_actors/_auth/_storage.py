@@ -32,6 +32,18 @@ def _temp_suffix() -> str:
     return secrets.token_hex(8)
 
 
+#: One lock per token file in this process, whichever :class:`FileTokenStorage` writes it: a
+#: save reads the file, changes one record and writes it whole, so two objects on one path
+#: (an OAuth each) that took turns only among themselves would drop each other's records.
+_FILE_LOCKS: dict[str, threading.Lock] = {}
+_FILE_LOCKS_LOCK: Final = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    with _FILE_LOCKS_LOCK:
+        return _FILE_LOCKS.setdefault(os.path.realpath(path), threading.Lock())
+
+
 @runtime_checkable
 class TokenStorage(Protocol):
     """What :class:`~exmcp_actors.OAuth` needs of a token store."""
@@ -64,6 +76,7 @@ class MemoryTokenStorage:
 
 class FileTokenStorage:
     """Records kept in one JSON file across runs, readable by its owner only (mode 0600).
+    Objects on the same path in one process take turns with each other.
 
     Args:
         path: the file; created (with its missing parent folders) on the first save.
@@ -74,7 +87,7 @@ class FileTokenStorage:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser()
-        self._lock = threading.Lock()
+        self._lock = _file_lock(self.path)
 
     def load(self, server: str) -> dict[str, Any] | None:
         """The record saved for ``server``, or None (also when the file is missing or unreadable)."""

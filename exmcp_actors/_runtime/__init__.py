@@ -96,7 +96,7 @@ A thread holding a lock may take only those below it, never one above::
                              the like: none runs host code or takes a lock above it, and
                              they nest only in this order: Shell._proxy_lock (starting a
                              proxy) > LivenessWatcher._lock > TimerSlot's > the scheduler's;
-                             HostRuntime's early-status lock > a Book's
+                             HostRuntime's early-status lock > a task handle's, a Book's
 
 ``Shell.transport_lock`` stands apart: a connector holds it while it opens the transport
 (blocking I/O) and takes nothing else but ``Shell._opening_lock`` (a leaf, held only to

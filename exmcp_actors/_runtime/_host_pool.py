@@ -174,6 +174,8 @@ class HostRuntime:
         self.tasks: Book[TaskFeed] = Book()
         self._early: dict[str, list[dict[str, Any]]] = {}
         self._early_lock = threading.Lock()
+        #: Set by :meth:`close` (under ``_early_lock``): a handle adopted later ends at once.
+        self._closed = False
 
     # -- server requests -------------------------------------------------------------------
 
@@ -240,13 +242,19 @@ class HostRuntime:
     def adopt_task(self, task_id: str, feed: TaskFeed) -> None:
         """Route a new task handle's statuses to ``feed``, the ones that came before it first."""
         with self._early_lock:
-            self.tasks.put(task_id, feed)
-            early = self._early.pop(task_id, [])
-        for params in early:
-            feed.noted(params)
+            closed = self._closed
+            if not closed:
+                self.tasks.put(task_id, feed)
+            # Under the lock: a later status, which finds the feed here, waits until these are taken.
+            for params in self._early.pop(task_id, []):
+                feed.noted(params)
+        if closed:  # made as the client closed: no status can come, and nothing would end it
+            feed.ended()
 
     def close(self) -> None:
         self.handler_pool.close()
         self.callback_pool.close()
+        with self._early_lock:  # from here on adopt_task() ends a handle rather than keeping it
+            self._closed = True
         for feed in self.tasks.drain():  # their readers stop waiting: no status can come any more
             feed.ended()
