@@ -14,9 +14,13 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qs, urlencode, urlsplit
+
+if TYPE_CHECKING:
+    import exmcp_actors as mcp
 
 WAIT = 10.0
 CHUNK = 64 * 1024
@@ -221,3 +225,28 @@ def trickle(stopping: threading.Event, interval: float, *, head: bool = False) -
             exchange.write(bytes([byte]))
 
     return answer
+
+
+def run_flow(auth: mcp.OAuth, peer: HostileAS, within: float = WAIT) -> tuple[bool | None, float]:
+    """What a transport does on the 401 of ``peer``'s MCP server, on a thread.
+
+    Returns (the flow's answer, or None when it had not ended after ``within`` seconds; seconds taken).
+    """
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def flow() -> None:
+        try:
+            outcome.append(auth.challenge(peer.server_url, 401, peer.challenge, None))
+        except BaseException as exc:  # shown by the test, not lost on the thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=flow, name="test-flow", daemon=True).start()
+    ended = done.wait(within)
+    took = time.monotonic() - started
+    if ended and isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return (outcome[0] if ended else None), took
