@@ -140,29 +140,22 @@ def test_a_json_error_whose_id_is_null_is_the_answer_to_the_request_it_came_back
 # -- streams that end at once -------------------------------------------------------------------
 
 
-def test_a_get_stream_that_ends_at_once_asking_retry_0_is_reopened_ever_more_slowly(
-    serve: Serve, clients: list[mcp.Client]
-) -> None:
+LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+def get_streams(serve: Serve, respond: Callable[[Exchange, int], bool]) -> tuple[RawHttp, list[float]]:
+    """A server whose standalone GET streams ``respond(exchange, n)`` answers (``n``: which
+    opening it is, from 1), and the times they were opened; any other request that is no
+    legacy basic closes its connection unanswered."""
     opened: list[float] = []
 
     def answer(exchange: Exchange) -> bool:
         if exchange.method != "GET":
             return False
         opened.append(time.monotonic())
-        exchange.whole("200 OK", b"retry: 0\n\n", content_type="text/event-stream")
-        return True
+        return respond(exchange, len(opened))
 
-    server = serve(answer, standalone_get=True)
-    connect(server.url, clients, sse_retry_default=0.05, max_retry_delay=0.2)
-    assert server.wait_until(lambda: len(opened) >= 6)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(opened)]
-    # Each stream ended at once with nothing: never sooner than the host's cap on waits, 0.2 s
-    # here, which is below the floor (not 0 each time).
-    assert gaps[0] >= 0.04 and gaps[1] >= 0.09
-    assert all(gap >= 0.19 for gap in gaps[2:5])
-
-
-LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    return serve(answer, standalone_get=True), opened
 
 
 def one_message_then_the_end(exchange: Exchange, event_id: str) -> None:
@@ -174,6 +167,23 @@ def gaps_between(opened: list[float]) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(opened)]
 
 
+def test_a_get_stream_that_ends_at_once_asking_retry_0_is_reopened_ever_more_slowly(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def respond(exchange: Exchange, n: int) -> bool:
+        exchange.whole("200 OK", b"retry: 0\n\n", content_type="text/event-stream")
+        return True
+
+    server, opened = get_streams(serve, respond)
+    connect(server.url, clients, sse_retry_default=0.05, max_retry_delay=0.2)
+    assert server.wait_until(lambda: len(opened) >= 6)
+    gaps = gaps_between(opened)
+    # Each stream ended at once with nothing: never sooner than the host's cap on waits, 0.2 s
+    # here, which is below the floor (not 0 each time).
+    assert gaps[0] >= 0.04 and gaps[1] >= 0.09
+    assert all(gap >= 0.19 for gap in gaps[2:5])
+
+
 def assert_ever_more_slowly(gaps: list[float]) -> None:
     # The floor (0.5 s) at first, then doubled at each quick end: never the 0 the server asked,
     # which each message delivered used to reset to, for hundreds of reopenings a second.
@@ -183,16 +193,11 @@ def assert_ever_more_slowly(gaps: list[float]) -> None:
 def test_a_get_stream_that_delivers_a_message_and_ends_asking_retry_0_is_reopened_ever_more_slowly(
     serve: Serve, clients: list[mcp.Client]
 ) -> None:
-    opened: list[float] = []
-
-    def answer(exchange: Exchange) -> bool:
-        if exchange.method != "GET":
-            return False
-        opened.append(time.monotonic())
-        one_message_then_the_end(exchange, f"e{len(opened)}")
+    def respond(exchange: Exchange, n: int) -> bool:
+        one_message_then_the_end(exchange, f"e{n}")
         return True
 
-    server = serve(answer, standalone_get=True)
+    server, opened = get_streams(serve, respond)
     connect(server.url, clients)
     assert server.wait_until(lambda: len(opened) >= 4)
     assert_ever_more_slowly(gaps_between(opened))
@@ -201,19 +206,14 @@ def test_a_get_stream_that_delivers_a_message_and_ends_asking_retry_0_is_reopene
 def test_a_get_stream_whose_reopenings_fail_and_deliver_in_turn_is_reopened_ever_more_slowly(
     serve: Serve, clients: list[mcp.Client]
 ) -> None:
-    opened: list[float] = []
-
-    def answer(exchange: Exchange) -> bool:
-        if exchange.method != "GET":
-            return False
-        opened.append(time.monotonic())
-        if len(opened) % 2 == 0:
+    def respond(exchange: Exchange, n: int) -> bool:
+        if n % 2 == 0:
             exchange.reset()  # a failure to reopen, which a stream that delivered used to forgive
             return False
-        one_message_then_the_end(exchange, f"e{len(opened)}")
+        one_message_then_the_end(exchange, f"e{n}")
         return True
 
-    server = serve(answer, standalone_get=True)
+    server, opened = get_streams(serve, respond)
     client = connect(server.url, clients)
     assert server.wait_until(lambda: len(opened) >= 4)
     assert_ever_more_slowly(gaps_between(opened))
@@ -304,18 +304,12 @@ def assert_paced_as_asked(gaps: list[float]) -> None:
 def test_a_get_stream_that_delivers_and_ends_is_reopened_each_time_after_the_retry_the_server_asked(
     serve: Serve, clients: list[mcp.Client]
 ) -> None:
-    opened: list[float] = []
-
-    def answer(exchange: Exchange) -> bool:
-        if exchange.method == "GET":
-            opened.append(time.monotonic())
-            body = f"retry: {RETRY_MS}\n".encode() + sse_event(LIST_CHANGED, f"e{len(opened)}")
-            exchange.whole("200 OK", body, content_type="text/event-stream")
-            return True
-        exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
+    def respond(exchange: Exchange, n: int) -> bool:
+        body = f"retry: {RETRY_MS}\n".encode() + sse_event(LIST_CHANGED, f"e{n}")
+        exchange.whole("200 OK", body, content_type="text/event-stream")
         return True
 
-    server = serve(answer, standalone_get=True)
+    server, opened = get_streams(serve, respond)
     connect(server.url, clients)
     assert server.wait_until(lambda: len(opened) >= 4, timeout=30)
     assert_paced_as_asked(gaps_between(opened))
