@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from helpers_transport import (
     WAIT,
+    Behaviour,
     HostileTcpPeer,
     RecordingSink,
     StallingTlsPeer,
@@ -47,7 +48,7 @@ def open_transport(peer: HostileTcpPeer, timeout: float = WAIT, host: str = "127
         transport.close()
 
 
-def answer_then_hold(answer: bytes) -> Any:
+def answer_then_hold(answer: bytes) -> Behaviour:
     def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
         conn.sendall(answer)
         stop.wait()
@@ -55,40 +56,36 @@ def answer_then_hold(answer: bytes) -> Any:
     return behave
 
 
-def answer_then_upgrade(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-    conn.sendall(upgrade_answer(head))
-    stop.wait()
+def upgrade_then_hold(*extra: str) -> Behaviour:
+    """A valid upgrade answer (with ``extra`` header lines), then nothing until the peer stops."""
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, *extra))
+        stop.wait()
+
+    return behave
 
 
 # -- bounds on the head ------------------------------------------------------------------
 
 
 def test_a_handshake_line_longer_than_8192_bytes_is_refused() -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, "X-Long: " + "a" * 9000))
-        stop.wait()
-
-    with HostileTcpPeer(behave) as peer, pytest.raises(TransportError) as info:
+    with HostileTcpPeer(upgrade_then_hold("X-Long: " + "a" * 9000)) as peer, pytest.raises(TransportError) as info:
         open_transport(peer)
 
     assert "a line longer than 8192 bytes" in str(info.value)
 
 
 def test_a_handshake_line_of_8192_bytes_is_taken() -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, "X-Long: " + "a" * (8192 - len("X-Long: "))))
-        stop.wait()
-
-    with HostileTcpPeer(behave) as peer:
+    with HostileTcpPeer(upgrade_then_hold("X-Long: " + "a" * (8192 - len("X-Long: ")))) as peer:
         open_transport(peer)
 
 
 def test_a_handshake_answer_with_more_than_128_headers_is_refused() -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, *(f"X-{i}: v" for i in range(130))))
-        stop.wait()
-
-    with HostileTcpPeer(behave) as peer, pytest.raises(TransportError) as info:
+    with (
+        HostileTcpPeer(upgrade_then_hold(*(f"X-{i}: v" for i in range(130)))) as peer,
+        pytest.raises(TransportError) as info,
+    ):
         open_transport(peer)
 
     assert "more than 128 headers" in str(info.value)
@@ -175,11 +172,7 @@ def test_a_refusals_body_is_never_read() -> None:
     ],
 )
 def test_an_answer_breaking_the_upgrade_is_refused(extra: tuple[str, ...], error: str) -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, *extra))
-        stop.wait()
-
-    with HostileTcpPeer(behave) as peer, pytest.raises(TransportError, match=error):
+    with HostileTcpPeer(upgrade_then_hold(*extra)) as peer, pytest.raises(TransportError, match=error):
         open_transport(peer)
 
 
@@ -292,7 +285,7 @@ def test_control_characters_of_the_servers_reason_are_escaped() -> None:
 
 
 def test_an_address_that_never_answers_does_not_keep_the_next_from_being_tried(monkeypatch: pytest.MonkeyPatch) -> None:
-    with unanswered_port() as black_hole, HostileTcpPeer(answer_then_upgrade) as server:
+    with unanswered_port() as black_hole, HostileTcpPeer(upgrade_then_hold()) as server:
         addresses = [("127.0.0.1", black_hole), ("127.0.0.1", server.port)]
         real = socket.getaddrinfo
 
@@ -381,7 +374,7 @@ def test_abort_open_ends_an_open_hanging_at_any_step(step: str, tmp_path: Any) -
 
 
 def test_after_abort_open_opens_fail_until_close() -> None:
-    with HostileTcpPeer(answer_then_upgrade) as server:
+    with HostileTcpPeer(upgrade_then_hold()) as server:
         transport = WebSocketTransport(f"ws://127.0.0.1:{server.port}/mcp", heartbeat_interval=None)
         transport.abort_open()
         with pytest.raises(TransportError, match="abandoned"):
