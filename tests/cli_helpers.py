@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import psutil
 
@@ -31,15 +31,20 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m exmcp_actors watch ARGS`` to the end."""
+@overload
+def run_cli(*args: str, timeout: float = ..., raw: Literal[False] = ...) -> subprocess.CompletedProcess[str]: ...
+@overload
+def run_cli(*args: str, timeout: float = ..., raw: Literal[True]) -> subprocess.CompletedProcess[bytes]: ...
+def run_cli(*args: str, timeout: float = 30.0, raw: bool = False) -> subprocess.CompletedProcess[Any]:
+    """Run ``python -m exmcp_actors watch ARGS`` to the end; with ``raw``, its stdout and stderr
+    are the bytes as a terminal gets them (no decoding, no newline translation)."""
     return subprocess.run(
         [sys.executable, "-m", "exmcp_actors", "watch", *args],
         check=False,
         cwd=ROOT,
         env=cli_env(),
         capture_output=True,
-        text=True,
+        text=not raw,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )

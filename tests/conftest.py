@@ -124,59 +124,38 @@ def peer_pool() -> Iterator[PeerPool]:
         pool.stop_all()
 
 
-def _shared_peer(request: pytest.FixtureRequest, transport: str, default_era: str) -> Peer:
-    era, extra = _peer_options(request, default_era)
-    pool: PeerPool = request.getfixturevalue("peer_pool")
-    return pool.peer(transport, era, tuple(extra))
+def _shared_peer(name: str, transport: str, default_era: str) -> Any:
+    """The fixture ``name``: the pool's long-lived ``transport`` peer of ``default_era`` (or of
+    what the test parametrizes)."""
+
+    def shared(request: pytest.FixtureRequest) -> Peer:
+        era, extra = _peer_options(request, default_era)
+        pool: PeerPool = request.getfixturevalue("peer_pool")
+        return pool.peer(transport, era, tuple(extra))
+
+    return pytest.fixture(name=name)(shared)
 
 
-@pytest.fixture
-def shared_ws_peer(request: pytest.FixtureRequest) -> Peer:
-    return _shared_peer(request, "ws", "both")
+def _own_peer(name: str, transport: str, default_era: str) -> Any:
+    """The fixture ``name``: a ``transport`` peer of the test's own, of ``default_era`` (or of
+    what the test parametrizes), stopped after it."""
+
+    def own(request: pytest.FixtureRequest) -> Iterator[Peer]:
+        era, extra = _peer_options(request, default_era)
+        with Peer(transport, era, tuple(extra)).start() as peer:
+            yield peer
+
+    return pytest.fixture(name=name)(own)
 
 
-@pytest.fixture
-def shared_ws_peer_legacy(request: pytest.FixtureRequest) -> Peer:
-    return _shared_peer(request, "ws", "legacy")
-
-
-@pytest.fixture
-def shared_http_peer(request: pytest.FixtureRequest) -> Peer:
-    return _shared_peer(request, "http", "both")
-
-
-@pytest.fixture
-def shared_http_peer_legacy(request: pytest.FixtureRequest) -> Peer:
-    return _shared_peer(request, "http", "legacy")
-
-
-def _running_peer(request: pytest.FixtureRequest, transport: str, default_era: str) -> Iterator[Peer]:
-    era, extra = _peer_options(request, default_era)
-    peer = Peer(transport, era, tuple(extra)).start()
-    try:
-        yield peer
-    finally:
-        peer.stop()
-
-
-@pytest.fixture
-def sdk_ws_peer(request: pytest.FixtureRequest) -> Iterator[Peer]:
-    yield from _running_peer(request, "ws", "both")
-
-
-@pytest.fixture
-def sdk_ws_peer_legacy(request: pytest.FixtureRequest) -> Iterator[Peer]:
-    yield from _running_peer(request, "ws", "legacy")
-
-
-@pytest.fixture
-def sdk_http_peer(request: pytest.FixtureRequest) -> Iterator[Peer]:
-    yield from _running_peer(request, "http", "both")
-
-
-@pytest.fixture
-def sdk_http_peer_legacy(request: pytest.FixtureRequest) -> Iterator[Peer]:
-    yield from _running_peer(request, "http", "legacy")
+shared_ws_peer = _shared_peer("shared_ws_peer", "ws", "both")
+shared_ws_peer_legacy = _shared_peer("shared_ws_peer_legacy", "ws", "legacy")
+shared_http_peer = _shared_peer("shared_http_peer", "http", "both")
+shared_http_peer_legacy = _shared_peer("shared_http_peer_legacy", "http", "legacy")
+sdk_ws_peer = _own_peer("sdk_ws_peer", "ws", "both")
+sdk_ws_peer_legacy = _own_peer("sdk_ws_peer_legacy", "ws", "legacy")
+sdk_http_peer = _own_peer("sdk_http_peer", "http", "both")
+sdk_http_peer_legacy = _own_peer("sdk_http_peer_legacy", "http", "legacy")
 
 
 @pytest.fixture

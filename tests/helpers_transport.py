@@ -384,26 +384,28 @@ def upgrade_answer(head: bytes, *extra: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-#: What a hostile TCP peer does with one connection: (the socket, the request head it read, the stop event).
-Behaviour = Callable[[socket.socket, bytes, threading.Event], None]
+class TcpPeer:
+    """A TCP server on 127.0.0.1 that hands each connection it accepts to :meth:`_take`, on
+    its accept thread. Closing it (``close()``, or leaving its ``with``) sets :attr:`stop`,
+    shuts every connection down and joins the accept thread."""
 
-
-class HostileTcpPeer:
-    """A TCP server on 127.0.0.1 that reads each connection's request head and hands the
-    connection to ``behave``; ``heads`` holds every head read. ``close()`` sets ``stop``,
-    closes every connection and joins every thread."""
-
-    def __init__(self, behave: Behaviour) -> None:
-        self._behave = behave
+    def __init__(self, thread_name: str) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.05)  # close() does not wake accept(): poll for the end
         self.port: int = self._listener.getsockname()[1]
-        self.heads: list[bytes] = []
         self.stop = threading.Event()
         self._conns: list[socket.socket] = []
-        self._threads: list[threading.Thread] = []
-        self._accepter = threading.Thread(target=self._accept, name="test-hostile-accept", daemon=True)
+        self._accepter = threading.Thread(target=self._accept, name=thread_name, daemon=True)
         self._accepter.start()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _take(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def _accept(self) -> None:
         while not self.stop.is_set():
@@ -414,9 +416,37 @@ class HostileTcpPeer:
             except OSError:
                 return
             self._conns.append(conn)
-            thread = threading.Thread(target=self._serve, args=(conn,), name="test-hostile-conn", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            self._take(conn)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._accepter.join(WAIT)
+        self._listener.close()
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+
+#: What a hostile TCP peer does with one connection: (the socket, the request head it read, the stop event).
+Behaviour = Callable[[socket.socket, bytes, threading.Event], None]
+
+
+class HostileTcpPeer(TcpPeer):
+    """A TCP server on 127.0.0.1 that reads each connection's request head and hands the
+    connection to ``behave`` on a thread of its own; ``heads`` holds every head read. Closing
+    it also joins every connection's thread."""
+
+    def __init__(self, behave: Behaviour) -> None:
+        self._behave = behave
+        self.heads: list[bytes] = []
+        self._threads: list[threading.Thread] = []
+        super().__init__("test-hostile-accept")
+
+    def _take(self, conn: socket.socket) -> None:
+        thread = threading.Thread(target=self._serve, args=(conn,), name="test-hostile-conn", daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
@@ -425,71 +455,26 @@ class HostileTcpPeer:
             self._behave(conn, head, self.stop)
 
     def close(self) -> None:
-        self.stop.set()
-        self._accepter.join(WAIT)
-        self._listener.close()
-        for conn in self._conns:
-            conn.close()
+        super().close()
         for thread in self._threads:
             thread.join(WAIT)
 
 
-@contextlib.contextmanager
-def hostile_tcp_peer(behave: Behaviour) -> Iterator[HostileTcpPeer]:
-    peer = HostileTcpPeer(behave)
-    try:
-        yield peer
-    finally:
-        peer.close()
-
-
-class StallingTlsPeer:
+class StallingTlsPeer(TcpPeer):
     """A TCP server on 127.0.0.1 that accepts every connection, reads its first bytes and never
     sends a byte: a TLS client's ClientHello is never answered, its handshake stalls.
     ``hello_received`` is set once a client has sent its first bytes (it is then inside its
-    handshake); ``close()`` shuts every connection down and joins the thread."""
+    handshake)."""
 
     def __init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)  # close() does not wake accept(): poll for the end
-        self.port: int = self._listener.getsockname()[1]
         self.hello_received = threading.Event()
-        self._stop = threading.Event()
-        self._conns: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, name="test-stalling-tls", daemon=True)
-        self._thread.start()
+        super().__init__("test-stalling-tls")
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self._conns.append(conn)
-            conn.settimeout(WAIT)
-            with contextlib.suppress(OSError):
-                if conn.recv(65536):
-                    self.hello_received.set()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(WAIT)
-        self._listener.close()
-        for conn in self._conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
-
-
-@contextlib.contextmanager
-def stalling_tls_peer() -> Iterator[StallingTlsPeer]:
-    peer = StallingTlsPeer()
-    try:
-        yield peer
-    finally:
-        peer.close()
+    def _take(self, conn: socket.socket) -> None:
+        conn.settimeout(WAIT)
+        with contextlib.suppress(OSError):
+            if conn.recv(65536):
+                self.hello_received.set()
 
 
 def threads_named(prefix: str) -> list[threading.Thread]:
@@ -561,17 +546,7 @@ class RawWsPeer:
         for line in head.decode().split("\r\n")[1:]:
             key, _, value = line.partition(":")
             self.request_headers[key.strip().lower()] = value.strip()
-        accept = base64.b64encode(
-            hashlib.sha1((self.request_headers["sec-websocket-key"] + _GUID).encode()).digest()
-        ).decode()
-        conn.sendall(
-            (
-                "HTTP/1.1 101 Switching Protocols\r\n"
-                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                f"Sec-WebSocket-Accept: {accept}\r\n"
-                "Sec-WebSocket-Protocol: mcp\r\n\r\n"
-            ).encode()
-        )
+        conn.sendall(upgrade_answer(head))
         self.conn = conn
         self.connected.set()
 
@@ -637,92 +612,3 @@ class RawWsPeer:
         if self.conn is not None:
             self.conn.close()
         self._thread.join(WAIT)
-
-
-def make_tls_files(directory: Any) -> tuple[str, str, str]:
-    """A CA and a server certificate for 127.0.0.1/localhost; returns (ca, cert, key) paths.
-
-    Needs ``cryptography`` (tests using it skip without it).
-    """
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "exmcp test CA")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca_path = f"{directory}/ca.pem"
-    cert_path = f"{directory}/cert.pem"
-    key_path = f"{directory}/key.pem"
-    with open(ca_path, "wb") as f:
-        f.write(ca_cert.public_bytes(serialization.Encoding.PEM))
-    with open(cert_path, "wb") as f:
-        f.write(cert.public_bytes(serialization.Encoding.PEM))
-    with open(key_path, "wb") as f:
-        f.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-    return ca_path, cert_path, key_path

@@ -14,12 +14,15 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-WAIT = 10.0
-CHUNK = 64 * 1024
+from tests.raw_http import CHUNK, WAIT, LoopbackServer
+
+if TYPE_CHECKING:
+    import exmcp_actors as mcp
 
 
 class Exchange:
@@ -51,18 +54,14 @@ class Exchange:
         self.write(body)
 
 
-class HostileAS:
+class HostileAS(LoopbackServer[Exchange]):
     """Serves until :meth:`stop`. ``name`` is the host name its URLs use (the test resolves it)."""
 
     def __init__(self, name: str = "127.0.0.1") -> None:
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
+        super().__init__(Exchange, self._route, thread_name="hostile-as")
         self.origin = f"http://{name}:{self.port}"
         self.server_url = f"{self.origin}/mcp"
         self.issuer = self.origin
-        self.stopping = threading.Event()
-        self._cond = threading.Condition()
-        self.requests: list[Exchange] = []
         #: Access and refresh tokens handed out, for the leak checks.
         self.issued: list[str] = []
         self.metadata: dict[str, Any] = {
@@ -80,9 +79,6 @@ class HostileAS:
             "/register": lambda ex: ex.json("201 Created", {"client_id": "cid", "token_endpoint_auth_method": "none"}),
             "/token": self._token,
         }
-        self._conns: set[socket.socket] = set()
-        self._threads: list[threading.Thread] = []
-        self._spawn(self._accept)
 
     @property
     def challenge(self) -> str:
@@ -99,10 +95,6 @@ class HostileAS:
         with self._cond:
             return [urlsplit(r.path).path for r in self.requests]
 
-    def wait_until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(predicate, timeout)
-
     def _resource_metadata(self, exchange: Exchange) -> None:
         exchange.json("200 OK", {"resource": self.server_url, "authorization_servers": [self.issuer]})
 
@@ -112,82 +104,14 @@ class HostileAS:
         self.issued += tokens.values()
         exchange.json("200 OK", {**tokens, "token_type": "Bearer", "expires_in": 3600})
 
-    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
-        thread = threading.Thread(target=target, args=args, name="hostile-as", daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            with self._cond:
-                if self.stopping.is_set():
-                    conn.close()
-                    return
-                self._conns.add(conn)
-            self._spawn(self._serve, conn)
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            buffer = b""
-            while b"\r\n\r\n" not in buffer:
-                data = conn.recv(CHUNK)
-                if not data:
-                    return
-                buffer += data
-            head, body = buffer.split(b"\r\n\r\n", 1)
-            request_line, *lines = head.decode("latin-1").split("\r\n")
-            headers = {}
-            for line in lines:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-            while len(body) < int(headers.get("content-length", "0")):
-                data = conn.recv(CHUNK)
-                if not data:
-                    return
-                body += data
-            method, path = request_line.split(" ")[:2]
-            exchange = Exchange(conn, method, path, headers, body)
-            with self._cond:
-                self.requests.append(exchange)
-                self._cond.notify_all()
-            answer = self.routes.get(urlsplit(path).path)
-            if answer is None:
-                exchange.head("404 Not Found", {"Content-Length": "0"})
-            else:
-                answer(exchange)
-        except OSError:
-            pass  # the client gave up on us: what most hostile answers are waiting for
-        finally:
-            with self._cond:
-                self._conns.discard(conn)
-            conn.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        with self._cond:
-            conns = list(self._conns)
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        for thread in self._threads:
-            thread.join(WAIT)
+    def _route(self, exchange: Exchange) -> bool:
+        """Answer with the route of the request's path (404 without one), then close."""
+        answer = self.routes.get(urlsplit(exchange.path).path)
+        if answer is None:
+            exchange.head("404 Not Found", {"Content-Length": "0"})
+        else:
+            answer(exchange)
+        return False
 
 
 def flood(size: int) -> Callable[[Exchange], None]:
@@ -221,3 +145,28 @@ def trickle(stopping: threading.Event, interval: float, *, head: bool = False) -
             exchange.write(bytes([byte]))
 
     return answer
+
+
+def run_flow(auth: mcp.OAuth, peer: HostileAS, within: float = WAIT) -> tuple[bool | None, float]:
+    """What a transport does on the 401 of ``peer``'s MCP server, on a thread.
+
+    Returns (the flow's answer, or None when it had not ended after ``within`` seconds; seconds taken).
+    """
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def flow() -> None:
+        try:
+            outcome.append(auth.challenge(peer.server_url, 401, peer.challenge, None))
+        except BaseException as exc:  # shown by the test, not lost on the thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=flow, name="test-flow", daemon=True).start()
+    ended = done.wait(within)
+    took = time.monotonic() - started
+    if ended and isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return (outcome[0] if ended else None), took

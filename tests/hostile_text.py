@@ -1,4 +1,5 @@
-"""What a hostile server's text must never reach raw: a log record, an error's text, a terminal.
+"""What a hostile server's text must never reach raw: a log record, an error's text, a terminal;
+and what it must never cost: more time than in proportion to its length.
 
 ``RAW_CONTROL`` finds what could drive a terminal or forge a line: C0 controls (ESC, BEL, CR,
 LF, ...), DEL, C1 controls (0x9b is a CSI on its own), the line and paragraph separators,
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
+from typing import Any
 
 RAW_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
@@ -31,3 +35,15 @@ def raw_in_output(output: bytes) -> list[str]:
     """The lines of a terminal's output (UTF-8) that carry a raw control character (a line
     ends in LF, and nothing else may be raw)."""
     return [line for line in output.decode("utf-8").split("\n") if RAW_CONTROL.search(line)]
+
+
+#: A long server text: httpcore reads a response head of up to 100 KiB, so a hostile server can
+#: put five times this in one header; this is enough to tell linear time from quadratic.
+LONG = 20_000
+
+
+def seconds_taken(action: Callable[[], Any]) -> float:
+    """How long ``action()`` took: a hostile text must cost time in proportion to its length."""
+    started = time.monotonic()
+    action()
+    return time.monotonic() - started

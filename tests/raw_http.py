@@ -13,9 +13,10 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 WAIT = 10.0
+CHUNK = 64 * 1024
 
 LEGACY_INIT = {
     "protocolVersion": "2025-11-25",
@@ -85,20 +86,32 @@ def legacy_basics(exchange: Exchange) -> bool:
     return True
 
 
-class RawHttp:
-    """Serves ``answer`` on a free port until :meth:`stop`; records every request."""
+#: What a server makes of one request it read: an exchange to record and answer.
+ExchangeT = TypeVar("ExchangeT")
 
-    def __init__(self, answer: Callable[[Exchange], bool]) -> None:
+
+class LoopbackServer(Generic[ExchangeT]):
+    """The server loop of the hand-made HTTP/1.1 peers: accepts on a free port of 127.0.0.1
+    until :meth:`stop`, each connection on its own thread; reads each request's head and body,
+    has ``make(conn, method, path, headers, body)`` turn it into an exchange, records it in
+    :attr:`requests` and hands it to ``answer``, which returns True to keep the connection
+    for the next request."""
+
+    def __init__(
+        self,
+        make: Callable[[socket.socket, str, str, dict[str, str], bytes], ExchangeT],
+        answer: Callable[[ExchangeT], bool],
+        *,
+        thread_name: str,
+    ) -> None:
+        self._make = make
         self._answer = answer
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/mcp"
+        self._thread_name = thread_name
+        self._sock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port: int = self._sock.getsockname()[1]
         self._cond = threading.Condition()
-        self.requests: list[Exchange] = []
+        self.requests: list[ExchangeT] = []
         self._conns: set[socket.socket] = set()
-        self._stopped = False
         #: Set by :meth:`stop`: an answer that stalls waits on it.
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -110,20 +123,14 @@ class RawHttp:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
-        thread = threading.Thread(target=target, args=args, name="raw-http", daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
     def wait_until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
         with self._cond:
             return self._cond.wait_for(predicate, timeout)
 
-    def count(self, method: str, rpc_method: str | None = None) -> int:
-        with self._cond:
-            return sum(
-                1 for r in self.requests if r.method == method and (rpc_method is None or r.rpc_method == rpc_method)
-            )
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=self._thread_name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _accept(self) -> None:
         while True:
@@ -133,7 +140,7 @@ class RawHttp:
                 return
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms per answer
             with self._cond:
-                if self._stopped:
+                if self.stopping.is_set():
                     conn.close()
                     return
                 self._conns.add(conn)
@@ -144,7 +151,7 @@ class RawHttp:
         try:
             while True:
                 while b"\r\n\r\n" not in buffer:
-                    data = conn.recv(65536)
+                    data = conn.recv(CHUNK)
                     if not data:
                         return
                     buffer += data
@@ -156,19 +163,20 @@ class RawHttp:
                     headers[name.strip().lower()] = value.strip()
                 length = int(headers.get("content-length", "0"))
                 while len(buffer) < length:
-                    data = conn.recv(65536)
+                    data = conn.recv(CHUNK)
                     if not data:
                         return
                     buffer += data
-                raw, buffer = buffer[:length], buffer[length:]
-                exchange = Exchange(conn, request_line.split(" ")[0], headers, json.loads(raw) if raw else None)
+                body, buffer = buffer[:length], buffer[length:]
+                method, path = request_line.split(" ")[:2]
+                exchange = self._make(conn, method, path, headers, body)
                 with self._cond:
                     self.requests.append(exchange)
                     self._cond.notify_all()
                 if not self._answer(exchange):
                     return
         except OSError:
-            pass
+            pass  # the client gave up on us: what most hostile answers are waiting for
         finally:
             with self._cond:
                 self._conns.discard(conn)
@@ -176,9 +184,8 @@ class RawHttp:
 
     def stop(self) -> None:
         """Stop listening, shut every connection down, join the threads."""
-        self.stopping.set()
         with self._cond:
-            self._stopped = True
+            self.stopping.set()
             conns = list(self._conns)
         try:
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() in progress
@@ -192,3 +199,21 @@ class RawHttp:
                 pass
         for thread in self._threads:
             thread.join(WAIT)
+
+
+def _json_exchange(conn: socket.socket, method: str, path: str, headers: dict[str, str], body: bytes) -> Exchange:
+    return Exchange(conn, method, headers, json.loads(body) if body else None)
+
+
+class RawHttp(LoopbackServer[Exchange]):
+    """Serves ``answer`` on a free port until :meth:`stop`; records every request."""
+
+    def __init__(self, answer: Callable[[Exchange], bool]) -> None:
+        super().__init__(_json_exchange, answer, thread_name="raw-http")
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def count(self, method: str, rpc_method: str | None = None) -> int:
+        with self._cond:
+            return sum(
+                1 for r in self.requests if r.method == method and (rpc_method is None or r.rpc_method == rpc_method)
+            )

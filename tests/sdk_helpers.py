@@ -321,6 +321,12 @@ class ClientPool:
             client.disconnect()
 
 
+def once(timeout: float) -> dict[str, Any]:
+    """``connect`` options for a client of a slow peer that is not reconnected: its connect and
+    its probe each bounded by ``timeout``."""
+    return {"reconnect": False, "connect_timeout": timeout, "probe_timeout": timeout}
+
+
 # --------------------------------------------------------------------------- peer tools
 
 

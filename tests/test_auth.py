@@ -1,10 +1,11 @@
 """MCP authorization (mcp.OAuth) end to end against a real authorization
 server (the MCP SDK's own auth pieces, tests/peers/auth_server.py), plus the
-parts a real server cannot be made to misbehave for (httpx.MockTransport)."""
+parts a real server cannot be made to misbehave for (httpx.MockTransport, or the
+scriptable tests/hostile_as.py): the challenge, parsed in time in proportion to its
+length, and a step-up asking the scopes it names."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
@@ -22,26 +23,12 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._auth import BearerAuth
 from exmcp_actors._auth._discovery import AuthError, discover, parse_challenge
-from tests.peers.auth_server import SCOPE, AuthPeer, MemoryProvider
+from tests.hostile_as import WAIT, HostileAS, run_flow
+from tests.hostile_text import LONG, seconds_taken
+from tests.peers.auth_server import SCOPE, AuthPeer, MemoryProvider, follow
 from tests.sdk_helpers import every_log_record
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-
-
-def follow(url: str) -> str:
-    """A browser-less on_authorize: the test server approves at once with a redirect.
-
-    Plain http.client, which logs nothing: the log checks below see only the library's records.
-    """
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.netloc, timeout=10.0)
-    try:
-        connection.request("GET", f"{parts.path}?{parts.query}")
-        response = connection.getresponse()
-        assert response.status == 302, response.status
-        return str(response.getheader("location"))
-    finally:
-        connection.close()
 
 
 def refuse(url: str) -> str:
@@ -205,6 +192,50 @@ def test_challenge_parameters_are_read_from_www_authenticate() -> None:
         "resource_metadata": "http://x/.well-known/p",
     }
     assert parse_challenge("Basic realm=x") == {}
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        "a" * LONG,  # one long token: every position of it used to start a param name
+        "a." * (LONG // 2),
+        'a="' + "x" * LONG,  # an unterminated quoted string
+        "a-" * (LONG // 2) + "=",
+    ],
+    ids=["token", "dotted", "unterminated", "dashed"],
+)
+def test_a_long_challenge_is_parsed_at_once(rest: str) -> None:
+    took = seconds_taken(lambda: parse_challenge(f'Bearer {rest}, scope="s1"'))
+    assert took < 1.0, f"{took:.1f}s for a {len(rest)}-character challenge"
+
+
+def test_a_challenge_parses_as_it_did() -> None:
+    header = 'Bearer realm="r", error="insufficient_scope", scope="a b", resource_metadata="https://h/x?y=1",x=y'
+    assert parse_challenge(header) == {
+        "realm": "r",
+        "error": "insufficient_scope",
+        "scope": "a b",
+        "resource_metadata": "https://h/x?y=1",
+        "x": "y",
+    }
+    assert parse_challenge('Basic realm="b", Bearer error="e\\"q"') == {"error": 'e"q'}
+
+
+def test_a_step_up_asks_for_the_challenged_scopes_also_when_the_host_chose_scopes() -> None:
+    # "Clients MUST treat the scopes provided in the challenge as authoritative for the current
+    # operation"; the step-up asks the union of what was asked before and what is challenged.
+    with HostileAS() as peer:
+        asked: list[str] = []
+
+        def approve(url: str) -> str:
+            asked.append(parse_qs(urlsplit(url).query).get("scope", [""])[0])
+            return peer.approve(url)
+
+        auth = mcp.OAuth(scopes=["files:read"], on_authorize=approve, timeout=WAIT)
+        assert run_flow(auth, peer)[0] is True
+        refused = 'Bearer error="insufficient_scope", scope="files:write"'
+        assert auth.challenge(peer.server_url, 403, refused, auth.bearer(peer.server_url)) is True
+    assert asked == ["files:read", "files:read files:write"]
 
 
 def test_websocket_upgrade_carries_the_token() -> None:

@@ -1,7 +1,9 @@
-"""OAuth against a hostile authorization server, a hostile local process, and plain http:
-cleartext refused, the loopback callback listener not held, every answer bounded in size
-and time, one HTTP stack (httpx, with or without ``httpx2`` installed), token files
-written where nobody planted a link.
+"""OAuth against a hostile authorization server and plain http: cleartext refused, every
+answer bounded in size and time, a token answer of the wrong shape (a lifetime that is no
+number, an access token that could split a header) refused where it arrives, URLs no parser
+takes, registrations the client cannot use, one HTTP stack (httpx, with or without ``httpx2``
+installed), token files written where nobody planted a link. The loopback callback listener
+against hostile local processes: tests/test_auth_callback.py.
 
 Every peer is on 127.0.0.1 (tests/hostile_as.py, stdlib only, so this file also runs with
 ``httpx2`` hidden: see the last tests); a non-loopback *name* is resolved to 127.0.0.1
@@ -10,31 +12,25 @@ in-process (:func:`names_on_loopback`).
 
 from __future__ import annotations
 
-import contextlib
 import gzip
+import logging
 import os
 import socket
-import subprocess
-import sys
-import threading
-import time
 import tracemalloc
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors._auth import _browser, _storage
-from exmcp_actors._auth._browser import LoopbackListener
+from exmcp_actors._auth import _storage
+from tests.child_python import rerun_with_httpx2_hidden, run_python
 from tests.helpers_transport import RecordingSink
-from tests.hostile_as import Exchange, HostileAS, flood, trickle
+from tests.hostile_as import Exchange, HostileAS, flood, run_flow, trickle
+from tests.hostile_text import seconds_taken
 from tests.sdk_helpers import every_log_record
 
-ROOT = Path(__file__).resolve().parents[1]
 WAIT = 10.0
 #: The most an answer of the authorization server may hold.
 CAP = 256 * 1024
@@ -56,31 +52,6 @@ def all_logs() -> Iterator[list[str]]:
     """Every log record of every logger, rendered as ``name LEVEL message``."""
     with every_log_record() as lines:
         yield lines
-
-
-def run_flow(auth: mcp.OAuth, peer: HostileAS, within: float = WAIT) -> tuple[bool | None, float]:
-    """What a transport does on the 401 of ``peer``'s MCP server, on a thread.
-
-    Returns (the flow's answer, or None when it had not ended after ``within`` seconds; seconds taken).
-    """
-    outcome: list[Any] = []
-    done = threading.Event()
-
-    def flow() -> None:
-        try:
-            outcome.append(auth.challenge(peer.server_url, 401, peer.challenge, None))
-        except BaseException as exc:  # shown by the test, not lost on the thread
-            outcome.append(exc)
-        finally:
-            done.set()
-
-    started = time.monotonic()
-    threading.Thread(target=flow, name="test-flow", daemon=True).start()
-    ended = done.wait(within)
-    took = time.monotonic() - started
-    if ended and isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return (outcome[0] if ended else None), took
 
 
 def refuse(url: str) -> str:
@@ -166,107 +137,6 @@ def test_the_bearer_token_never_goes_to_a_plain_ws_server_on_another_host(names_
     assert server.requests == []
 
 
-# -- the loopback callback listener cannot be held ---------------------------------------------
-
-
-def _listener_port(authorization_url: str) -> int:
-    port = urlsplit(parse_qs(urlsplit(authorization_url).query)["redirect_uri"][0]).port
-    assert port is not None
-    return port
-
-
-def _browser_with_company(
-    peer: HostileAS, company: Callable[[int], None], held: contextlib.ExitStack, *, callback: bool
-) -> tuple[Callable[[str], bool], list[int]]:
-    """A ``webbrowser.open`` that lets a local process connect first (``company(port)``), then
-    (with ``callback``) follows the redirect to the listener as a browser would."""
-    statuses: list[int] = []
-
-    def browser(url: str) -> bool:
-        company(_listener_port(url))
-        if callback:
-            target = peer.approve(url)
-
-            def come_back() -> None:
-                with urllib.request.urlopen(target, timeout=WAIT) as answer:
-                    statuses.append(answer.status)
-
-            thread = threading.Thread(target=come_back, name="test-browser")
-            thread.start()
-            held.callback(thread.join, WAIT)
-        return True
-
-    return browser, statuses
-
-
-def test_an_idle_local_connection_does_not_hold_up_the_browser_callback(monkeypatch: pytest.MonkeyPatch) -> None:
-    with HostileAS() as peer, contextlib.ExitStack() as held:
-
-        def idle(port: int) -> None:  # another local process: connects, says nothing
-            held.enter_context(socket.create_connection(("127.0.0.1", port)))
-
-        browser, statuses = _browser_with_company(peer, idle, held, callback=True)
-        monkeypatch.setattr(_browser.webbrowser, "open", browser)
-        auth = mcp.OAuth(authorize_timeout=WAIT)
-        answer, took = run_flow(auth, peer, within=WAIT + 5)
-        assert (answer, auth.last_error) == (True, None)
-        assert took < WAIT / 2
-    assert statuses == [200]
-
-
-def test_the_flow_ends_at_authorize_timeout_whatever_is_connected(monkeypatch: pytest.MonkeyPatch) -> None:
-    connections: list[socket.socket] = []
-    with HostileAS() as peer, contextlib.ExitStack() as held:
-
-        def crowd(port: int) -> None:  # three silent connections and one that trickles a head
-            for _ in range(4):
-                connections.append(held.enter_context(socket.create_connection(("127.0.0.1", port))))
-            connections[-1].sendall(b"GET /callback?code=")
-
-        browser, _ = _browser_with_company(peer, crowd, held, callback=False)
-        monkeypatch.setattr(_browser.webbrowser, "open", browser)
-        auth = mcp.OAuth(authorize_timeout=1.0)
-        answer, took = run_flow(auth, peer, within=WAIT)
-        assert answer is False and took < 4.0
-        assert auth.last_error == "no authorization callback on the loopback redirect within 1s"
-        for conn in connections:  # the listener let go of every one
-            conn.settimeout(WAIT)
-            with contextlib.suppress(ConnectionResetError):
-                assert conn.recv(1) == b""
-
-
-def test_a_connection_that_sends_no_request_in_time_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_browser, "_HEAD_SECONDS", 0.3)
-    listener = LoopbackListener("http://127.0.0.1:0/callback", state="s")
-    try:
-        with socket.create_connection(("127.0.0.1", listener.port)) as idle:
-            idle.settimeout(WAIT)
-            started = time.monotonic()
-            assert idle.recv(1) == b""
-            assert time.monotonic() - started < WAIT / 2
-        base = f"http://127.0.0.1:{listener.port}/callback"
-        with urllib.request.urlopen(f"{base}?code=c&state=s", timeout=WAIT) as answer:
-            assert answer.status == 200
-        assert listener.wait(base, WAIT) == f"{base}?code=c&state=s"
-    finally:
-        listener.close()
-
-
-def test_connections_past_the_listeners_bound_are_closed_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_browser, "_MAX_CONNECTIONS", 2)
-    listener = LoopbackListener("http://127.0.0.1:0/callback", state="s")
-    try:
-        with contextlib.ExitStack() as held:
-            for _ in range(2):
-                held.enter_context(socket.create_connection(("127.0.0.1", listener.port)))
-            extra = held.enter_context(socket.create_connection(("127.0.0.1", listener.port)))
-            extra.settimeout(WAIT)
-            with contextlib.suppress(ConnectionResetError):
-                assert extra.recv(1) == b""
-    finally:
-        listener.close()
-
-
 # -- every answer bounded: size and time -------------------------------------------------------
 
 
@@ -330,6 +200,220 @@ def test_a_trickled_metadata_answer_ends_at_the_request_deadline(part: str) -> N
     assert auth.last_error == f"cannot fetch metadata from {peer.origin}: ReadTimeout"
 
 
+def test_a_hostile_reason_phrase_does_not_hold_the_flow_in_the_redaction_of_httpxs_record() -> None:
+    def metadata(exchange: Exchange) -> None:
+        exchange.head("200 " + "a." * 20_000, {"Content-Type": "application/json", "Content-Length": "2"})
+        exchange.write(b"{}")
+
+    httpx_logger = logging.getLogger("httpx")
+    level = httpx_logger.level
+    httpx_logger.setLevel(logging.INFO)  # as a host's logging.basicConfig(level=INFO) has it
+    try:
+        with HostileAS() as peer:
+            peer.routes["/.well-known/oauth-protected-resource/mcp"] = metadata
+            auth = mcp.OAuth(on_authorize=peer.approve, timeout=2.0)
+            took = seconds_taken(lambda: run_flow(auth, peer))
+    finally:
+        httpx_logger.setLevel(level)
+    assert took < 2.0, f"the flow took {took:.1f}s"
+
+
+def test_a_step_up_refusal_quotes_the_servers_scope_bounded() -> None:
+    scope = "s" * 50_000
+    header = f'Bearer error="insufficient_scope", scope="{scope}"'
+    with HostileAS() as peer:
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        outcomes = [auth.challenge(peer.server_url, 403, header, auth.bearer(peer.server_url)) for _ in range(3)]
+    assert outcomes == [True, True, False]
+    assert auth.last_error is not None and auth.last_error.startswith("the server still refuses scope 'sss")
+    assert len(auth.last_error) < 1000
+
+
+# -- a token answer of the wrong shape ---------------------------------------------------------
+
+
+def _token_answer(**fields: Any) -> Callable[[Exchange], None]:
+    def answer(exchange: Exchange) -> None:
+        exchange.json("200 OK", {"access_token": "at-shape-secret", "token_type": "Bearer", **fields})
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"expires_in": [1]}, {"expires_in": {"s": 1}}, {"expires_in": float("inf")}, {"expires_at": [1]}],
+    ids=["list", "object", "infinite", "expires_at-list"],
+)
+def test_a_token_answer_whose_lifetime_is_no_number_fails_the_flow_with_a_sentence(fields: dict[str, Any]) -> None:
+    with HostileAS() as peer:
+        peer.routes["/token"] = _token_answer(**fields)
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert run_flow(auth, peer)[0] is False
+    assert auth.last_error is not None and auth.last_error.startswith("the authorization_code token request failed")
+    assert "secret" not in auth.last_error
+
+
+def test_a_refresh_answer_whose_lifetime_is_no_number_leaves_bearer_without_a_token() -> None:
+    with HostileAS() as peer:
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert run_flow(auth, peer)[0] is True
+        peer.routes["/token"] = _token_answer(expires_in=[1])
+        record = auth.storage.load(peer.server_url)
+        assert record is not None
+        record["tokens"]["expires_at"] = 0  # expired: bearer() refreshes
+        auth.storage.save(peer.server_url, record)
+        assert auth.bearer(peer.server_url) is None
+    assert auth.last_error == "the refresh_token token request failed: ValueError"
+
+
+@pytest.mark.parametrize("refresh_token", [{"a": 1}, [1], 5], ids=["object", "list", "number"])
+def test_a_refresh_token_that_is_no_string_is_never_sent(refresh_token: Any) -> None:
+    with HostileAS() as peer:
+        peer.routes["/token"] = lambda exchange: exchange.json(
+            "200 OK", {"access_token": "at", "expires_in": 0, "refresh_token": refresh_token}
+        )
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert auth.challenge(peer.server_url, 401, peer.challenge, None) is True
+        assert auth.bearer(peer.server_url) is None  # expired, and nothing to refresh it with
+        assert peer.paths().count("/token") == 1
+    assert auth.last_error == "the refresh token is not a string: there is nothing to refresh with"
+
+
+SPLIT = "at-split-secret\r\nX-Injected: 1"
+
+
+@pytest.mark.parametrize(
+    "token",
+    [SPLIT, "at secret", "at-\x1b[2J-secret", "at-é-secret", ""],
+    ids=["crlf", "space", "esc", "latin", "empty"],
+)
+def test_an_access_token_that_is_no_bearer_token_is_refused_where_it_arrives(token: str, all_logs: list[str]) -> None:
+    with HostileAS() as peer:
+        peer.routes["/token"] = lambda exchange: exchange.json("200 OK", {"access_token": token, "expires_in": 60})
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert run_flow(auth, peer)[0] is False
+        assert auth.bearer(peer.server_url) is None
+    assert auth.last_error == (
+        "the token response's access_token is no bearer token (RFC 6750: visible ASCII, one or more characters)"
+    )
+    assert not [line for line in all_logs if token and token in line]
+
+
+def _mcp_refusing_until_a_token(peer: HostileAS, seen: list[Exchange]) -> Callable[[Exchange], None]:
+    """The MCP endpoint (an HTTP POST or a WebSocket upgrade): 401 without a token, 500 with one."""
+
+    def answer(exchange: Exchange) -> None:
+        if "authorization" not in exchange.headers:
+            exchange.head("401 Unauthorized", {"WWW-Authenticate": peer.challenge, "Content-Length": "0"})
+            return
+        seen.append(exchange)
+        exchange.head("500 Internal Server Error", {"Content-Length": "0"})
+
+    return answer
+
+
+def test_a_token_that_could_split_a_header_never_reaches_an_http_request_an_error_text_or_a_record(
+    all_logs: list[str],
+) -> None:
+    seen: list[Exchange] = []
+    with HostileAS() as peer:
+        peer.routes["/token"] = _token_answer(access_token=SPLIT, expires_in=60)
+        peer.routes["/mcp"] = _mcp_refusing_until_a_token(peer, seen)
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        with pytest.raises(mcp.ConnectError) as caught:
+            mcp.connect(peer.server_url, protocol="legacy", reconnect=False, connect_timeout=WAIT, auth=auth)
+    assert seen == []
+    assert "secret" not in str(caught.value)
+    assert not [line for line in all_logs if "at-split-secret" in line]
+
+
+def test_a_token_that_could_split_a_header_never_reaches_a_websocket_upgrade() -> None:
+    seen: list[Exchange] = []
+    with HostileAS() as peer:
+        peer.routes["/token"] = _token_answer(access_token=SPLIT, expires_in=60)
+        peer.routes["/mcp"] = _mcp_refusing_until_a_token(peer, seen)
+        url = f"ws://127.0.0.1:{peer.port}/mcp"
+        transport = mcp.WebSocketTransport(url, auth=mcp.OAuth(on_authorize=peer.approve))
+        with pytest.raises(mcp.TransportError):
+            transport.open(RecordingSink(), timeout=WAIT)
+        transport.close()
+    assert [exchange.headers for exchange in seen if "x-injected" in exchange.headers] == []
+
+
+# -- URLs no parser takes ----------------------------------------------------------------------
+
+
+def _prm_naming(peer: HostileAS, issuer: str) -> Callable[[Exchange], None]:
+    return lambda exchange: exchange.json("200 OK", {"resource": peer.server_url, "authorization_servers": [issuer]})
+
+
+@pytest.mark.parametrize(
+    ("where", "url"),
+    [
+        ("token_endpoint", "http://[::1/token"),
+        ("token_endpoint", "http://127.0.0.1:1/to\x7fken"),
+        ("registration_endpoint", "http://127.0.0.1:1/register\x00"),
+        ("authorization_endpoint", "http://[::1/authorize"),
+        ("issuer", "http://[::1/"),
+        ("resource_metadata", "http://[::1/prm"),
+    ],
+    ids=["token-bracket", "token-del", "register-nul", "authorize-bracket", "issuer-bracket", "hint-bracket"],
+)
+def test_a_url_a_server_names_that_is_no_url_fails_the_flow_with_a_sentence(where: str, url: str) -> None:
+    with HostileAS() as peer:
+        challenge = peer.challenge
+        if where == "issuer":
+            peer.routes["/.well-known/oauth-protected-resource/mcp"] = _prm_naming(peer, url)
+        elif where == "resource_metadata":
+            challenge = f'Bearer resource_metadata="{url}"'
+        else:
+            peer.metadata[where] = url
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert auth.challenge(peer.server_url, 401, challenge, None) is False
+    assert auth.last_error is not None and "is no usable URL" in auth.last_error
+    assert "\x7f" not in auth.last_error and "\x00" not in auth.last_error
+
+
+def test_a_url_that_is_no_url_is_named_without_its_credentials_or_query() -> None:
+    with HostileAS() as peer:
+        peer.metadata["token_endpoint"] = "http://user:pw-secret@[::1/token?key=query-secret"
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert auth.challenge(peer.server_url, 401, peer.challenge, None) is False
+    assert auth.last_error == "the request URL 'http://[::1/token?***' is no usable URL"
+
+
+# -- a registration the client cannot use ------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["private_key_jwt", "tls_client_auth", "client_secret_jwt"])
+def test_a_registration_for_an_auth_method_the_client_cannot_use_fails_the_flow_and_is_not_kept(method: str) -> None:
+    with HostileAS() as peer:
+        peer.routes["/register"] = lambda exchange: exchange.json(
+            "201 Created", {"client_id": "cid", "client_secret": "reg-secret", "token_endpoint_auth_method": method}
+        )
+        auth = mcp.OAuth(on_authorize=peer.approve)
+        assert [auth.challenge(peer.server_url, 401, peer.challenge, None) for _ in range(2)] == [False, False]
+        assert peer.paths().count("/register") == 2  # nothing unusable was kept to be reused
+        assert "/token" not in peer.paths()
+    assert auth.last_error == (
+        f"client registration at {peer.origin}/register chose the token endpoint auth method '{method}',"
+        " which this client cannot use"
+    )
+
+
+def test_a_stored_client_with_an_auth_method_the_client_cannot_use_fails_the_refresh_with_a_sentence() -> None:
+    with HostileAS() as peer:
+        storage = mcp.MemoryTokenStorage()
+        client = {"client_id": "cid", "client_secret": "s", "token_endpoint_auth_method": "tls_client_auth"}
+        tokens = {"access_token": "at", "refresh_token": "rt", "expires_at": 0}
+        record = {"issuer": peer.issuer, "token_endpoint": f"{peer.origin}/token", "client": client, "tokens": tokens}
+        storage.save(peer.server_url, record)
+        auth = mcp.OAuth(storage=storage, on_authorize=peer.approve)
+        assert auth.bearer(peer.server_url) is None
+        assert "/token" not in peer.paths()
+    assert auth.last_error == "the token endpoint auth method 'tls_client_auth' is not one this client can use"
+
+
 # -- one HTTP stack: httpx, whether httpx2 is installed or not ---------------------------------
 
 
@@ -367,16 +451,7 @@ def test_the_flows_http_records_are_httpx_ones_and_hold_no_secret(all_logs: list
 
 def test_these_tests_pass_with_httpx2_hidden() -> None:
     """The whole file again, in a child whose ``import httpx2`` fails (authlib's fallback)."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.hide_httpx2"]
-    child = subprocess.run(
-        [*command, __file__, "-k", "not httpx2_hidden"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    child = rerun_with_httpx2_hidden(__file__)
     assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
     assert " passed" in child.stdout and " skipped" not in child.stdout, child.stdout[-1000:]
 
@@ -401,15 +476,7 @@ def test_the_sdk_servers_code_flow_runs_with_httpx2_hidden() -> None:
     from tests.peers.auth_server import AuthPeer  # the MCP SDK's server needs httpx2: here only
 
     with AuthPeer() as peer:
-        child = subprocess.run(
-            [sys.executable, "-c", _SDK_CLIENT, peer.url],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        child = run_python("-c", _SDK_CLIENT, peer.url, timeout=120)
         assert child.returncode == 0, child.stderr[-3000:]
         assert child.stdout.strip() == "['echo']"
         assert peer.provider.issued == [("code", peer.url)]

@@ -31,8 +31,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors._auth._discovery import AuthError, discover
-from tests.peers.auth_server import AuthPeer
-from tests.test_auth import follow
+from tests.peers.auth_server import AuthPeer, follow
 
 Answer = tuple[int, Any]
 

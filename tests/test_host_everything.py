@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sdk_helpers import TapTransport
+from sdk_helpers import ClientPool, TapTransport, once
 
 import exmcp_actors as mcp
 from tests.peers.everything import everything_argv, missing_tools
@@ -32,17 +32,11 @@ def argv() -> list[str]:
 
 
 @pytest.fixture
-def connect(argv: list[str]) -> Iterator[Callable[..., mcp.Client]]:
-    clients: list[mcp.Client] = []
-
+def connect(argv: list[str], client_pool: ClientPool) -> Callable[..., mcp.Client]:
     def make(target: Any = None, **kwargs: Any) -> mcp.Client:
-        client = mcp.connect(target or argv, reconnect=False, connect_timeout=TIMEOUT, probe_timeout=TIMEOUT, **kwargs)
-        clients.append(client)
-        return client
+        return client_pool.connect(target or argv, **once(TIMEOUT), **kwargs)
 
-    yield make
-    for client in clients:
-        client.disconnect()
+    return make
 
 
 def sampling(params: dict[str, Any]) -> dict[str, Any]:

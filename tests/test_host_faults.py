@@ -13,6 +13,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
+from tests.sdk_helpers import ClientPool
 from tests.waiting import wait_until
 
 TIMEOUT = 5.0
@@ -31,17 +32,11 @@ def server() -> Iterator[FakeServer]:
 
 
 @pytest.fixture
-def connect(server: FakeServer) -> Iterator[Callable[..., mcp.Client]]:
-    clients: list[mcp.Client] = []
-
+def connect(server: FakeServer, client_pool: ClientPool) -> Callable[..., mcp.Client]:
     def make(**kwargs: Any) -> mcp.Client:
-        client = mcp.connect(server.transport(), reconnect=False, **kwargs)
-        clients.append(client)
-        return client
+        return client_pool.connect(server.transport(), reconnect=False, **kwargs)
 
-    yield make
-    for client in clients:
-        client.disconnect()
+    return make
 
 
 def error_of(server: FakeServer, request_id: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A hostile Streamable HTTP server (``raw_http``): every answer it can get wrong ends in the
 request's clear failure, a retry or a reported loss, at a bounded cost, and nothing it says
-reaches an error text or a log record raw."""
+reaches an error text or a log record raw. A server that polls (each stream ends after a
+message) is reopened and resumed at the pace its ``retry:`` asks, whatever its length."""
 
 from __future__ import annotations
 
@@ -139,29 +140,22 @@ def test_a_json_error_whose_id_is_null_is_the_answer_to_the_request_it_came_back
 # -- streams that end at once -------------------------------------------------------------------
 
 
-def test_a_get_stream_that_ends_at_once_asking_retry_0_is_reopened_ever_more_slowly(
-    serve: Serve, clients: list[mcp.Client]
-) -> None:
+LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+def get_streams(serve: Serve, respond: Callable[[Exchange, int], bool]) -> tuple[RawHttp, list[float]]:
+    """A server whose standalone GET streams ``respond(exchange, n)`` answers (``n``: which
+    opening it is, from 1), and the times they were opened; any other request that is no
+    legacy basic closes its connection unanswered."""
     opened: list[float] = []
 
     def answer(exchange: Exchange) -> bool:
         if exchange.method != "GET":
             return False
         opened.append(time.monotonic())
-        exchange.whole("200 OK", b"retry: 0\n\n", content_type="text/event-stream")
-        return True
+        return respond(exchange, len(opened))
 
-    server = serve(answer, standalone_get=True)
-    connect(server.url, clients, sse_retry_default=0.05, max_retry_delay=0.2)
-    assert server.wait_until(lambda: len(opened) >= 6)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(opened)]
-    # Each stream ended at once with nothing: never sooner than the host's cap on waits, 0.2 s
-    # here, which is below the floor (not 0 each time).
-    assert gaps[0] >= 0.04 and gaps[1] >= 0.09
-    assert all(gap >= 0.19 for gap in gaps[2:5])
-
-
-LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    return serve(answer, standalone_get=True), opened
 
 
 def one_message_then_the_end(exchange: Exchange, event_id: str) -> None:
@@ -173,6 +167,23 @@ def gaps_between(opened: list[float]) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(opened)]
 
 
+def test_a_get_stream_that_ends_at_once_asking_retry_0_is_reopened_ever_more_slowly(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def respond(exchange: Exchange, n: int) -> bool:
+        exchange.whole("200 OK", b"retry: 0\n\n", content_type="text/event-stream")
+        return True
+
+    server, opened = get_streams(serve, respond)
+    connect(server.url, clients, sse_retry_default=0.05, max_retry_delay=0.2)
+    assert server.wait_until(lambda: len(opened) >= 6)
+    gaps = gaps_between(opened)
+    # Each stream ended at once with nothing: never sooner than the host's cap on waits, 0.2 s
+    # here, which is below the floor (not 0 each time).
+    assert gaps[0] >= 0.04 and gaps[1] >= 0.09
+    assert all(gap >= 0.19 for gap in gaps[2:5])
+
+
 def assert_ever_more_slowly(gaps: list[float]) -> None:
     # The floor (0.5 s) at first, then doubled at each quick end: never the 0 the server asked,
     # which each message delivered used to reset to, for hundreds of reopenings a second.
@@ -182,16 +193,11 @@ def assert_ever_more_slowly(gaps: list[float]) -> None:
 def test_a_get_stream_that_delivers_a_message_and_ends_asking_retry_0_is_reopened_ever_more_slowly(
     serve: Serve, clients: list[mcp.Client]
 ) -> None:
-    opened: list[float] = []
-
-    def answer(exchange: Exchange) -> bool:
-        if exchange.method != "GET":
-            return False
-        opened.append(time.monotonic())
-        one_message_then_the_end(exchange, f"e{len(opened)}")
+    def respond(exchange: Exchange, n: int) -> bool:
+        one_message_then_the_end(exchange, f"e{n}")
         return True
 
-    server = serve(answer, standalone_get=True)
+    server, opened = get_streams(serve, respond)
     connect(server.url, clients)
     assert server.wait_until(lambda: len(opened) >= 4)
     assert_ever_more_slowly(gaps_between(opened))
@@ -200,19 +206,14 @@ def test_a_get_stream_that_delivers_a_message_and_ends_asking_retry_0_is_reopene
 def test_a_get_stream_whose_reopenings_fail_and_deliver_in_turn_is_reopened_ever_more_slowly(
     serve: Serve, clients: list[mcp.Client]
 ) -> None:
-    opened: list[float] = []
-
-    def answer(exchange: Exchange) -> bool:
-        if exchange.method != "GET":
-            return False
-        opened.append(time.monotonic())
-        if len(opened) % 2 == 0:
+    def respond(exchange: Exchange, n: int) -> bool:
+        if n % 2 == 0:
             exchange.reset()  # a failure to reopen, which a stream that delivered used to forgive
             return False
-        one_message_then_the_end(exchange, f"e{len(opened)}")
+        one_message_then_the_end(exchange, f"e{n}")
         return True
 
-    server = serve(answer, standalone_get=True)
+    server, opened = get_streams(serve, respond)
     client = connect(server.url, clients)
     assert server.wait_until(lambda: len(opened) >= 4)
     assert_ever_more_slowly(gaps_between(opened))
@@ -284,6 +285,120 @@ def test_a_resumed_stream_that_ends_with_nothing_each_time_fails_its_request_aft
     assert time.monotonic() - started < 10  # not kept resuming until the request's own timeout
     assert sum(1 for r in server.requests if r.method == "GET" and r.headers.get("last-event-id") == "e1") == 3
     assert client.status == "ready"
+
+
+# -- a server that polls: each stream delivers, then ends, and the next opens after retry: ---
+# (the TypeScript SDK's closeSSE with its retryInterval, the Python SDK's close_sse_stream with
+# its retry_interval)
+
+#: What the polling servers below ask: above the 0.5 s floor, so it is honoured as asked.
+RETRY_MS = 600
+
+
+def assert_paced_as_asked(gaps: list[float]) -> None:
+    # The server's 0.6 s each time, plus at most the jitter and a loaded machine's slack; never
+    # the 1.2 s, 2.4 s, ... of a doubling, which would hide what a polling server paces.
+    assert all(RETRY_MS / 1000 - 0.05 <= gap < 2 * RETRY_MS / 1000 - 0.1 for gap in gaps), gaps
+
+
+def test_a_get_stream_that_delivers_and_ends_is_reopened_each_time_after_the_retry_the_server_asked(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def respond(exchange: Exchange, n: int) -> bool:
+        body = f"retry: {RETRY_MS}\n".encode() + sse_event(LIST_CHANGED, f"e{n}")
+        exchange.whole("200 OK", body, content_type="text/event-stream")
+        return True
+
+    server, opened = get_streams(serve, respond)
+    connect(server.url, clients)
+    assert server.wait_until(lambda: len(opened) >= 4, timeout=30)
+    assert_paced_as_asked(gaps_between(opened))
+
+
+def test_a_response_stream_the_server_ends_each_time_after_a_message_is_resumed_after_the_retry_it_asked(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    resumed: list[float] = []
+    asked: list[Any] = []
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method == "GET":  # a resumption (Last-Event-ID)
+            resumed.append(time.monotonic())
+            event = f"e{len(resumed) + 1}"
+            if len(resumed) < 4:
+                body = sse_event(LIST_CHANGED, event)  # a step of a long call, then polled again
+            else:
+                body = sse_event({"jsonrpc": "2.0", "id": asked[0], "result": {"tools": []}}, event)
+            exchange.whole("200 OK", body, content_type="text/event-stream")
+            return True
+        asked.append(exchange.body["id"])
+        exchange.start_sse()
+        exchange.chunk(f"retry: {RETRY_MS}\n".encode() + sse_event(LIST_CHANGED, "e1"))
+        exchange.end_chunks()  # closed as the TypeScript SDK's closeSSE() closes it
+        return True
+
+    client = connect(serve(answer).url, clients)
+    assert client.request("tools/list", timeout=30) == {"tools": []}
+    assert_paced_as_asked(gaps_between(resumed))
+
+
+# -- the retry field: any run of ASCII digits is a reconnection time, however long -------------
+# (HTML Living Standard, event stream interpretation)
+
+
+def test_a_retry_of_more_digits_than_python_converts_is_the_longest_wait_not_a_broken_stream() -> None:
+    # "If the field value consists of only ASCII digits, then interpret the field value as an
+    # integer in base ten": Python refuses to convert more than 4,300 digits at once.
+    parser = SSEParser(1 << 20)
+    events = parser.feed(b"retry: " + b"9" * 5000 + b"\ndata: {}\n\n")
+    assert [event.data for event in events] == [b"{}"] and parser.violation is None
+    assert parser.retry_ms is not None and parser.retry_ms >= 10**9
+    streams = GetStreams(http_config(max_retry_delay=30.0), None, None, None)  # type: ignore[arg-type]
+    assert streams.retry_delay(parser) == 30.0
+    parser.feed(b"retry: " + b"0" * 5000 + b"2500\n\n")  # leading zeros are no part of the number
+    assert parser.retry_ms == 2500
+
+
+def test_a_response_after_a_retry_of_thousands_of_digits_still_answers_its_request(
+    serve: Serve, clients: list[mcp.Client]
+) -> None:
+    def answer(exchange: Exchange) -> bool:
+        exchange.start_sse()
+        result = rpc_result(exchange.body["id"], {"tools": []})
+        exchange.chunk(b"retry: " + b"7" * 5000 + b"\n\ndata: " + result + b"\n\n")
+        exchange.end_chunks()
+        return True
+
+    client = connect(serve(answer).url, clients)
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(client.request, "tools/list", timeout=WAIT).result(WAIT) == {"tools": []}
+
+
+# -- what the GET stream says when the client stops --------------------------------------------
+
+
+def test_a_client_that_disconnects_logs_no_reopening_of_its_get_stream(
+    serve: Serve, clients: list[mcp.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    streaming = threading.Event()
+
+    def answer(exchange: Exchange) -> bool:
+        if exchange.method == "GET":
+            exchange.start_sse()
+            exchange.chunk(b": open\n\n")
+            streaming.set()
+            while exchange.conn.recv(1024):  # until the client goes
+                pass
+            return False
+        exchange.whole("200 OK", rpc_result(exchange.body["id"], {"tools": []}))
+        return True
+
+    client = connect(serve(answer, standalone_get=True).url, clients)
+    assert streaming.wait(WAIT)
+    caplog.set_level(logging.DEBUG, logger="exmcp_actors")
+    client.disconnect()
+    said = [record.getMessage() for record in caplog.records if record.name == "exmcp_actors.http"]
+    assert [line for line in said if "reopening" in line] == [], said
 
 
 # -- the session id -----------------------------------------------------------------------------

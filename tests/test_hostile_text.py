@@ -22,7 +22,7 @@ from raw_http import WAIT, Exchange, RawHttp, legacy_basics
 import exmcp_actors as mcp
 from exmcp_actors import _cli
 from exmcp_actors._protocol._peer_text import escape_unsafe
-from tests.cli_helpers import ROOT, cli_env
+from tests.cli_helpers import run_cli
 from tests.peers.hostile_stdio import HOSTILE
 
 PEER = Path(__file__).resolve().parent / "peers" / "hostile_stdio.py"
@@ -151,17 +151,9 @@ ERROR = {"jsonrpc": "2.0", "error": {"code": -32000, "message": HOSTILE, "data":
 # -- exmcp-watch: what reaches the terminal ----------------------------------------------------
 
 
-def watch(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+def watch(*args: str) -> subprocess.CompletedProcess[bytes]:
     """``exmcp-watch ARGS`` to its end: its status, and stdout and stderr as the terminal gets them."""
-    return subprocess.run(
-        [sys.executable, "-m", "exmcp_actors", "watch", *args],
-        check=False,
-        cwd=ROOT,
-        env=cli_env(),
-        capture_output=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli(*args, raw=True)
 
 
 @pytest.mark.parametrize("mode", [[], ["--json"]])

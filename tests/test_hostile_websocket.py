@@ -175,40 +175,40 @@ def endless_fragments() -> Iterator[str]:
 MESSAGES = {"an endless fragmented message": endless_fragments, "a single oversized frame": lambda: "y" * (2 * LIMIT)}
 
 
-@pytest.mark.parametrize("what", MESSAGES)
-def test_an_oversized_message_closes_with_1009_and_the_client_reconnects(what: str) -> None:
+@contextlib.contextmanager
+def sent_an_oversized_message(what: str, **connect: Any) -> Iterator[tuple[OversizingServer, mcp.Client, mcp.Listener]]:
+    """A client of an :class:`OversizingServer` sending ``MESSAGES[what]``, listening for
+    every change of its connection: (the server, the client, the listener), once it was sent."""
     server = OversizingServer(MESSAGES[what]())
     with ws_server(server) as (url, _):
         transport = WebSocketTransport(url, max_frame_bytes=LIMIT, heartbeat_interval=None, close_timeout=0.5)
-        client = mcp.connect(transport, protocol="legacy", backoff=FAST, connect_timeout=WAIT)
+        client = mcp.connect(transport, protocol="legacy", connect_timeout=WAIT, **connect)
         try:
             listener = client.subscribe_notifications({"toolsListChanged": True})
             server.go.set()
-            reconnected = listener.get(timeout=WAIT)
-            assert isinstance(reconnected, mcp.Reconnected), reconnected
-            assert server.first_closed.wait(WAIT)
-            assert server.close_codes == [1009]
-            assert server.connections == 2
-            assert client.status == "ready"
+            yield server, client, listener
         finally:
             client.disconnect()
+
+
+@pytest.mark.parametrize("what", MESSAGES)
+def test_an_oversized_message_closes_with_1009_and_the_client_reconnects(what: str) -> None:
+    with sent_an_oversized_message(what, backoff=FAST) as (server, client, listener):
+        reconnected = listener.get(timeout=WAIT)
+        assert isinstance(reconnected, mcp.Reconnected), reconnected
+        assert server.first_closed.wait(WAIT)
+        assert server.close_codes == [1009]
+        assert server.connections == 2
+        assert client.status == "ready"
 
 
 @pytest.mark.parametrize("what", MESSAGES)
 def test_with_reconnect_off_an_oversized_message_is_a_reported_close(what: str) -> None:
-    server = OversizingServer(MESSAGES[what]())
-    with ws_server(server) as (url, _):
-        transport = WebSocketTransport(url, max_frame_bytes=LIMIT, heartbeat_interval=None, close_timeout=0.5)
-        client = mcp.connect(transport, protocol="legacy", reconnect=False, connect_timeout=WAIT)
-        try:
-            listener = client.subscribe_notifications({"toolsListChanged": True})
-            server.go.set()
-            closed = listener.get(timeout=WAIT)
-            assert isinstance(closed, mcp.Closed), closed
-            kind, why = closed.reason
-            assert kind == "transport_closed" and "closed it with status 1009" in why, closed.reason
-            assert server.first_closed.wait(WAIT)
-            assert server.close_codes == [1009]
-            assert client.status == "disconnected"
-        finally:
-            client.disconnect()
+    with sent_an_oversized_message(what, reconnect=False) as (server, client, listener):
+        closed = listener.get(timeout=WAIT)
+        assert isinstance(closed, mcp.Closed), closed
+        kind, why = closed.reason
+        assert kind == "transport_closed" and "closed it with status 1009" in why, closed.reason
+        assert server.first_closed.wait(WAIT)
+        assert server.close_codes == [1009]
+        assert client.status == "disconnected"

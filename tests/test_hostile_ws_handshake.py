@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from helpers_transport import (
     WAIT,
+    Behaviour,
     HostileTcpPeer,
     RecordingSink,
-    hostile_tcp_peer,
+    StallingTlsPeer,
     join_exmcp_threads,
-    make_tls_files,
-    stalling_tls_peer,
     unanswered_port,
     upgrade_answer,
     ws_accept_for,
 )
+from tls_files import make_tls_files
 
 from exmcp_actors._protocol._errors import TransportError
 from exmcp_actors._transport.websocket._connection import WebSocketTransport
@@ -48,7 +48,7 @@ def open_transport(peer: HostileTcpPeer, timeout: float = WAIT, host: str = "127
         transport.close()
 
 
-def answer_then_hold(answer: bytes) -> Any:
+def answer_then_hold(answer: bytes) -> Behaviour:
     def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
         conn.sendall(answer)
         stop.wait()
@@ -56,40 +56,36 @@ def answer_then_hold(answer: bytes) -> Any:
     return behave
 
 
-def answer_then_upgrade(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-    conn.sendall(upgrade_answer(head))
-    stop.wait()
+def upgrade_then_hold(*extra: str) -> Behaviour:
+    """A valid upgrade answer (with ``extra`` header lines), then nothing until the peer stops."""
+
+    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
+        conn.sendall(upgrade_answer(head, *extra))
+        stop.wait()
+
+    return behave
 
 
 # -- bounds on the head ------------------------------------------------------------------
 
 
 def test_a_handshake_line_longer_than_8192_bytes_is_refused() -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, "X-Long: " + "a" * 9000))
-        stop.wait()
-
-    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError) as info:
+    with HostileTcpPeer(upgrade_then_hold("X-Long: " + "a" * 9000)) as peer, pytest.raises(TransportError) as info:
         open_transport(peer)
 
     assert "a line longer than 8192 bytes" in str(info.value)
 
 
 def test_a_handshake_line_of_8192_bytes_is_taken() -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, "X-Long: " + "a" * (8192 - len("X-Long: "))))
-        stop.wait()
-
-    with hostile_tcp_peer(behave) as peer:
+    with HostileTcpPeer(upgrade_then_hold("X-Long: " + "a" * (8192 - len("X-Long: ")))) as peer:
         open_transport(peer)
 
 
 def test_a_handshake_answer_with_more_than_128_headers_is_refused() -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, *(f"X-{i}: v" for i in range(130))))
-        stop.wait()
-
-    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError) as info:
+    with (
+        HostileTcpPeer(upgrade_then_hold(*(f"X-{i}: v" for i in range(130)))) as peer,
+        pytest.raises(TransportError) as info,
+    ):
         open_transport(peer)
 
     assert "more than 128 headers" in str(info.value)
@@ -104,7 +100,7 @@ def test_a_megabyte_head_costs_kilobytes_not_megabytes() -> None:
             conn.sendall(b"\r\n\r\n")
         stop.wait()
 
-    with hostile_tcp_peer(behave) as peer:
+    with HostileTcpPeer(behave) as peer:
         tracemalloc.start()
         try:
             with pytest.raises(TransportError, match="longer than 8192 bytes"):
@@ -129,7 +125,7 @@ def test_a_trickled_head_ends_open_by_its_deadline_and_nothing_reads_on() -> Non
             trickling_ended.set()
 
     outcome: list[BaseException | None] = []
-    with hostile_tcp_peer(behave) as peer:
+    with HostileTcpPeer(behave) as peer:
 
         def attempt() -> None:
             try:
@@ -161,7 +157,7 @@ def test_a_refusals_body_is_never_read() -> None:
         stop.wait()  # the rest of the body never comes
 
     started = time.monotonic()
-    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError) as info:
+    with HostileTcpPeer(behave) as peer, pytest.raises(TransportError) as info:
         open_transport(peer, timeout=WAIT)
 
     assert time.monotonic() - started < WAIT / 2
@@ -176,11 +172,7 @@ def test_a_refusals_body_is_never_read() -> None:
     ],
 )
 def test_an_answer_breaking_the_upgrade_is_refused(extra: tuple[str, ...], error: str) -> None:
-    def behave(conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        conn.sendall(upgrade_answer(head, *extra))
-        stop.wait()
-
-    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError, match=error):
+    with HostileTcpPeer(upgrade_then_hold(*extra)) as peer, pytest.raises(TransportError, match=error):
         open_transport(peer)
 
 
@@ -212,7 +204,7 @@ def test_an_answer_breaking_rfc_6455_or_http_is_refused(case: str) -> None:
         conn.sendall(answer)
         stop.wait()
 
-    with hostile_tcp_peer(behave) as peer, pytest.raises(TransportError, match=error):
+    with HostileTcpPeer(behave) as peer, pytest.raises(TransportError, match=error):
         open_transport(peer)
 
 
@@ -234,7 +226,7 @@ def test_an_answer_http_allows_is_taken(case: str) -> None:
         conn.sendall(answer)
         stop.wait()
 
-    with hostile_tcp_peer(behave) as peer:
+    with HostileTcpPeer(behave) as peer:
         open_transport(peer)
 
 
@@ -268,7 +260,7 @@ def test_a_line_of_8192_bytes_is_taken_wherever_tcp_splits_it(split: str) -> Non
 
 def test_a_wrong_accept_key_is_refused() -> None:
     with (
-        hostile_tcp_peer(
+        HostileTcpPeer(
             answer_then_hold(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 b"Sec-WebSocket-Accept: bm90IHRoZSBrZXk=\r\nSec-WebSocket-Protocol: mcp\r\n\r\n"
@@ -281,7 +273,7 @@ def test_a_wrong_accept_key_is_refused() -> None:
 
 def test_control_characters_of_the_servers_reason_are_escaped() -> None:
     with (
-        hostile_tcp_peer(answer_then_hold(b"HTTP/1.1 500 \x1b[2Jgone\r\n\r\n")) as peer,
+        HostileTcpPeer(answer_then_hold(b"HTTP/1.1 500 \x1b[2Jgone\r\n\r\n")) as peer,
         pytest.raises(TransportError) as info,
     ):
         open_transport(peer)
@@ -293,7 +285,7 @@ def test_control_characters_of_the_servers_reason_are_escaped() -> None:
 
 
 def test_an_address_that_never_answers_does_not_keep_the_next_from_being_tried(monkeypatch: pytest.MonkeyPatch) -> None:
-    with unanswered_port() as black_hole, hostile_tcp_peer(answer_then_upgrade) as server:
+    with unanswered_port() as black_hole, HostileTcpPeer(upgrade_then_hold()) as server:
         addresses = [("127.0.0.1", black_hole), ("127.0.0.1", server.port)]
         real = socket.getaddrinfo
 
@@ -342,7 +334,7 @@ def hanging_open(step: str, tmp_path: Any) -> Iterator[tuple[WebSocketTransport,
     elif step == "tls handshake":
         pytest.importorskip("cryptography")
         ca, _, _ = make_tls_files(tmp_path)
-        with stalling_tls_peer() as peer:
+        with StallingTlsPeer() as peer:
             url = f"wss://localhost:{peer.port}/mcp"
             yield WebSocketTransport(url, heartbeat_interval=None, sslopt={"ca_certs": ca}), peer.hello_received
     else:
@@ -352,7 +344,7 @@ def hanging_open(step: str, tmp_path: Any) -> Iterator[tuple[WebSocketTransport,
             asked.set()
             stop.wait()
 
-        with hostile_tcp_peer(behave) as silent:
+        with HostileTcpPeer(behave) as silent:
             yield WebSocketTransport(f"ws://127.0.0.1:{silent.port}/mcp", heartbeat_interval=None), asked
 
 
@@ -382,7 +374,7 @@ def test_abort_open_ends_an_open_hanging_at_any_step(step: str, tmp_path: Any) -
 
 
 def test_after_abort_open_opens_fail_until_close() -> None:
-    with hostile_tcp_peer(answer_then_upgrade) as server:
+    with HostileTcpPeer(upgrade_then_hold()) as server:
         transport = WebSocketTransport(f"ws://127.0.0.1:{server.port}/mcp", heartbeat_interval=None)
         transport.abort_open()
         with pytest.raises(TransportError, match="abandoned"):
@@ -425,7 +417,7 @@ def victim_resolves_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(("domain", "victim_host"), [("127.0.0.1", "127.0.0.1"), ("victim.example", "victim.example")])
 @pytest.mark.usefixtures("victim_resolves_to_loopback")
 def test_a_cookie_one_server_sets_never_reaches_another(domain: str, victim_host: str) -> None:
-    with hostile_tcp_peer(planting(domain)) as planter, hostile_tcp_peer(answer_then_hold(b"")) as victim:
+    with HostileTcpPeer(planting(domain)) as planter, HostileTcpPeer(answer_then_hold(b"")) as victim:
         open_transport(planter)
         with contextlib.suppress(TransportError):  # the victim never answers: only its request matters
             open_transport(victim, timeout=0.5, host=victim_host)
@@ -435,7 +427,7 @@ def test_a_cookie_one_server_sets_never_reaches_another(domain: str, victim_host
 
 
 def test_a_cookie_a_server_sets_is_not_sent_back_to_it_either() -> None:
-    with hostile_tcp_peer(planting("127.0.0.1")) as server:
+    with HostileTcpPeer(planting("127.0.0.1")) as server:
         open_transport(server)
         open_transport(server)
 
@@ -443,7 +435,7 @@ def test_a_cookie_a_server_sets_is_not_sent_back_to_it_either() -> None:
 
 
 def test_the_hosts_own_cookie_header_goes_to_its_server() -> None:
-    with hostile_tcp_peer(planting("127.0.0.1")) as server:
+    with HostileTcpPeer(planting("127.0.0.1")) as server:
         open_transport(server, headers={"Cookie": "mine=1"})
 
     assert cookie_lines(server.heads[0]) == [b"Cookie: mine=1"]

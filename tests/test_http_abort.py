@@ -11,7 +11,8 @@ from typing import Any
 
 import httpcore
 import pytest
-from helpers_transport import WAIT, RecordingSink, join_threads_named, make_tls_files, stalling_tls_peer
+from helpers_transport import WAIT, RecordingSink, StallingTlsPeer, join_threads_named
+from tls_files import make_tls_files
 
 from exmcp_actors._transport.http import HttpTransport
 from exmcp_actors._transport.http import _plumbing as plumbing
@@ -35,7 +36,7 @@ def listener() -> Iterator[socket.socket]:
 
 
 def test_close_wakes_a_tls_handshake_the_server_stalls(ca_file: str) -> None:
-    with stalling_tls_peer() as peer:
+    with StallingTlsPeer() as peer:
         transport = HttpTransport(f"https://localhost:{peer.port}/mcp", verify=ca_file, io_timeout=LONG_IO_TIMEOUT)
         transport.open(RecordingSink(), timeout=WAIT)
         transport.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})

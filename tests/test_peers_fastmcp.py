@@ -21,6 +21,7 @@ import exmcp_actors as mcp
 from tests.cli_helpers import Cli
 from tests.peers.fastmcp_peer import fastmcp_argv, fastmcp_http_peer, missing_tools
 from tests.peers.launch import Peer
+from tests.sdk_helpers import ClientPool, once
 
 TIMEOUT = 20.0
 TASK_TOOLS = {"crunch", "must_task", "ask_name"}
@@ -30,25 +31,16 @@ pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_
 
 @pytest.fixture(scope="module")
 def peer() -> Iterator[Peer]:
-    started = fastmcp_http_peer()
-    yield started
-    started.stop()
+    with fastmcp_http_peer() as started:
+        yield started
 
 
 @pytest.fixture
-def connect(peer: Peer) -> Iterator[Callable[..., mcp.Client]]:
-    clients: list[mcp.Client] = []
-
+def connect(peer: Peer, client_pool: ClientPool) -> Callable[..., mcp.Client]:
     def make(protocol: str = "auto", **kwargs: Any) -> mcp.Client:
-        client = mcp.connect(
-            peer.url, protocol=protocol, reconnect=False, connect_timeout=TIMEOUT, probe_timeout=TIMEOUT, **kwargs
-        )
-        clients.append(client)
-        return client
+        return client_pool.connect(peer.url, protocol=protocol, **once(TIMEOUT), **kwargs)
 
-    yield make
-    for client in clients:
-        client.disconnect()
+    return make
 
 
 def text_of(result: dict[str, Any]) -> str:

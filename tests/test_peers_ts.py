@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sdk_helpers import TapTransport
+from sdk_helpers import ClientPool, TapTransport, once
 from waiting import wait_until
 
 import exmcp_actors as mcp
 from tests.peers.launch import Peer
 from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
+from tests.waiting import wait_until
 
 TIMEOUT = 20.0
 HTTP_LOGGER = "exmcp_actors.http"
@@ -29,26 +30,17 @@ pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_
 
 @pytest.fixture(scope="module")
 def peer() -> Iterator[Peer]:
-    started = ts_http_peer()
-    yield started
-    started.stop()
+    with ts_http_peer() as started:
+        yield started
 
 
 @pytest.fixture
-def connect(peer: Peer) -> Iterator[Callable[..., mcp.Client]]:
-    clients: list[mcp.Client] = []
-
+def connect(peer: Peer, client_pool: ClientPool) -> Callable[..., mcp.Client]:
     def make(target: Any, protocol: str = "auto", **kwargs: Any) -> mcp.Client:
         where = {"http": peer.url, "stdio": ts_argv()}.get(target, target) if isinstance(target, str) else target
-        client = mcp.connect(
-            where, protocol=protocol, reconnect=False, connect_timeout=TIMEOUT, probe_timeout=TIMEOUT, **kwargs
-        )
-        clients.append(client)
-        return client
+        return client_pool.connect(where, protocol=protocol, **once(TIMEOUT), **kwargs)
 
-    yield make
-    for client in clients:
-        client.disconnect()
+    return make
 
 
 def text_of(result: dict[str, Any]) -> str:

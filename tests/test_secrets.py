@@ -1,6 +1,7 @@
 """No log record emitted while the library works, from its loggers or its dependencies'
 (httpx, httpcore, websocket-client), holds URL credentials or query values, header values,
-a stdio server's arguments or its environment. Every record at DEBUG is captured at the root."""
+a stdio server's arguments or its environment. Every record at DEBUG is captured at the root.
+The redaction takes time in proportion to a record's length, however a server's text is made."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from peers.launch import Peer
 
 import exmcp_actors as mcp
 from exmcp_actors._util._redact import redact_text, redact_url
+from tests.hostile_text import LONG, seconds_taken
 from tests.sdk_helpers import every_log_record
 
 SECRET = "Zs3cr3tZ"
@@ -72,6 +74,21 @@ def test_what_dependencies_log_is_redacted() -> None:
     ]
     for sample in samples:
         assert SECRET not in redact_text(sample), redact_text(sample)
+
+
+@pytest.mark.parametrize(
+    "text", ["a." * (LONG // 2), "a+" * (LONG // 2), "1." * (LONG // 2)], ids=["dots", "pluses", "digits"]
+)
+def test_a_record_quoting_a_long_server_text_is_redacted_at_once(text: str) -> None:
+    message = f'HTTP Request: GET https://h/x?token=secret "HTTP/1.1 200 {text}"'
+    took = seconds_taken(lambda: redact_text(message))
+    assert took < 1.0, f"{took:.1f}s to redact a {len(message)}-character record"
+    assert "secret" not in redact_text(message)
+
+
+def test_urls_are_redacted_as_they_were() -> None:
+    assert redact_text("x https://u:p@h/p?q=1#f y") == "x https://h/p?*** y"
+    assert redact_text("1.https://h/p?q=1 git+ssh://u@h/r?k=v") == "1.https://h/p?*** git+ssh://h/r?***"
 
 
 @pytest.mark.parametrize("name", ["exmcp_actors.hub", "exmcp_actors.auth", "exmcp_actors.some.new.child", "authlib.x"])

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 from helpers_transport import (
-    hostile_tcp_peer,
+    HostileTcpPeer,
+    StallingTlsPeer,
     join_exmcp_threads,
     join_threads_named,
-    make_tls_files,
-    stalling_tls_peer,
     unanswered_port,
     upgrade_answer,
 )
+from tls_files import make_tls_files
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, FakeConnection, FakeServer
@@ -182,7 +182,7 @@ def target(case: str) -> Iterator[Any]:
     """The transport of one hanging case (close_timeout and stop_timeout of 3s, io_timeout of
     60s: teardowns and waits that once added themselves to connect(), or outlived it)."""
     if case.endswith("tls-handshake-stalls"):
-        with stalling_tls_peer() as peer:
+        with StallingTlsPeer() as peer:
             if case.startswith("wss"):
                 yield mcp.WebSocketTransport(
                     f"wss://localhost:{peer.port}/mcp", heartbeat_interval=None, sslopt={"ca_certs": ca_file()}
@@ -194,10 +194,10 @@ def target(case: str) -> Iterator[Any]:
             yield f"ws://127.0.0.1:{port}/mcp" if case.startswith("ws") else f"http://127.0.0.1:{port}/mcp"
     elif case.startswith("ws"):
         behave = trickled_upgrade_answer if case == "ws-trickled-upgrade-answer" else upgraded_then_silent
-        with hostile_tcp_peer(behave) as peer:
+        with HostileTcpPeer(behave) as peer:
             yield mcp.WebSocketTransport(f"ws://127.0.0.1:{peer.port}/mcp", heartbeat_interval=None, close_timeout=3.0)
     elif case.startswith("http"):
-        with hostile_tcp_peer(accepted_then_silent) as peer:
+        with HostileTcpPeer(accepted_then_silent) as peer:
             yield f"http://127.0.0.1:{peer.port}/mcp"
     else:
         yield mcp.StdioTransport(IGNORES_SIGTERM if case == "stdio-ignores-sigterm" else SILENT, stop_timeout=3.0)
@@ -287,7 +287,7 @@ def test_disconnect_during_a_reconnect_whose_open_hangs_ends_it_at_once(hang: st
         else:
             accepted_then_silent(conn, head, stop)
 
-    with hostile_tcp_peer(behave) as peer:
+    with HostileTcpPeer(behave) as peer:
         transport = mcp.WebSocketTransport(f"ws://127.0.0.1:{peer.port}/mcp", heartbeat_interval=None)
         client = mcp.connect(transport, protocol="legacy", backoff=FAST, connect_timeout=WAIT * 3)
         assert hanging.wait(WAIT), "no reconnect"

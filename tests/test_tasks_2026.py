@@ -18,6 +18,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
+from tests.sdk_helpers import ClientPool
 
 TIMEOUT = 5.0
 TASKS = "io.modelcontextprotocol/tasks"
@@ -42,17 +43,11 @@ def modern() -> Iterator[FakeServer]:
 
 
 @pytest.fixture
-def connect() -> Iterator[Callable[..., mcp.Client]]:
-    clients: list[mcp.Client] = []
-
+def connect(client_pool: ClientPool) -> Callable[..., mcp.Client]:
     def make(server: FakeServer, **kwargs: Any) -> mcp.Client:
-        client = mcp.connect(server.transport(), reconnect=False, **kwargs)
-        clients.append(client)
-        return client
+        return client_pool.connect(server.transport(), reconnect=False, **kwargs)
 
-    yield make
-    for client in clients:
-        client.disconnect()
+    return make
 
 
 def declared_extensions(message: dict[str, Any]) -> dict[str, Any]:

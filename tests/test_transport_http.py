@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from helpers_transport import RecordingSink, refusing_port
-from http_fakes import WAIT, FakeMcp, ServerThread, self_signed_cert
+from http_fakes import WAIT, FakeMcp, ServerThread
+from tls_files import make_tls_files
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._errors import ExchangeFailed, ProtocolError, TransportError
@@ -896,10 +897,10 @@ def test_unusable_tls_settings_fail_open_with_a_transport_error() -> None:
 
 def test_over_tls_requests_work_and_cancel_stream_still_interrupts_the_read(tmp_path, open_transport) -> None:
     pytest.importorskip("cryptography")
-    cert, key = self_signed_cert(str(tmp_path))
+    ca, cert, key = make_tls_files(tmp_path)
     fake = FakeMcp(sessions=False)
     with ServerThread(fake, tls=(cert, key)) as server:
-        transport, sink = open_transport(server.url, verify=cert)
+        transport, sink = open_transport(server.url, verify=ca)
         transport.send(request(1, "test/json"))
         assert sink.wait_response(1)["result"] == {"echo": {}}
         transport.send(request("listen", "subscriptions/listen", modern=True))

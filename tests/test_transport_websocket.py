@@ -21,10 +21,10 @@ from helpers_transport import (
     echo_handler,
     exmcp_threads,
     join_exmcp_threads,
-    make_tls_files,
     send_from_four_threads_and_check_order,
     ws_server,
 )
+from tls_files import make_tls_files
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 from websockets.typing import Subprotocol

@@ -14,11 +14,28 @@ import shutil
 import subprocess
 import sys
 import venv
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def install_main(missing_tools: Callable[[], str | None], install: Callable[[], Path]) -> None:
+    """What ``python tests/peers/<peer>.py`` does (``.ci/run`` runs each): install the peer and
+    print where it is, or say why it cannot be installed here and exit 0 (its tests skip)."""
+    why = missing_tools()
+    if why is not None:
+        print(f"skipping: {why}", file=sys.stderr)
+        sys.exit(0)
+    print(install())
+
+
+def script_argv(head: Sequence[str], transport: str, port: int | None) -> list[str]:
+    """The command line of a peer script that takes ``--transport`` (and ``--port`` for HTTP):
+    ``head`` (its runtime, the script and what comes before the options) with those options."""
+    argv = [*head, "--transport", transport]
+    return argv if port is None else [*argv, "--port", str(port)]
 
 
 def missing_node() -> str | None:

@@ -16,7 +16,7 @@ if __package__ in (None, ""):
     # Started by path (``.ci/run``): make the repo root importable so `tests.peers` resolves.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.peers._install import ROOT, missing_node, npm_install
+from tests.peers._install import ROOT, install_main, missing_node, npm_install
 
 PACKAGE = "@modelcontextprotocol/server-everything"
 VERSION = "2026.8.31"
@@ -42,8 +42,4 @@ def everything_argv() -> list[str]:
 
 
 if __name__ == "__main__":
-    why = missing_tools()
-    if why is not None:
-        print(f"skipping: {why}", file=sys.stderr)
-        sys.exit(0)
-    print(install())
+    install_main(missing_tools, install)

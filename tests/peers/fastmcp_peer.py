@@ -21,7 +21,7 @@ if __package__ in (None, ""):
     # Started by path (``.ci/run``): make the repo root importable so `tests.peers` resolves.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.peers._install import ROOT, missing_venv, venv_install
+from tests.peers._install import ROOT, install_main, missing_venv, script_argv, venv_install
 from tests.peers.launch import Peer
 
 VENV = ROOT / ".venv-fastmcp"
@@ -49,8 +49,7 @@ def install(timeout: float = 900.0) -> Path:
 
 def fastmcp_argv(transport: str = "stdio", port: int | None = None) -> list[str]:
     """The command line of the peer (stdio: what a client spawns)."""
-    argv = [str(install()), str(SCRIPT), "--transport", transport]
-    return argv if port is None else [*argv, "--port", str(port)]
+    return script_argv([str(install()), str(SCRIPT)], transport, port)
 
 
 def fastmcp_http_peer() -> Peer:
@@ -60,8 +59,4 @@ def fastmcp_http_peer() -> Peer:
 
 
 if __name__ == "__main__":
-    why = missing_tools()
-    if why is not None:
-        print(f"skipping: {why}", file=sys.stderr)
-        sys.exit(0)
-    print(install())
+    install_main(missing_tools, install)

@@ -16,7 +16,7 @@ if __package__ in (None, ""):
     # Started by path (``.ci/run``): make the repo root importable so `tests.peers` resolves.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.peers._install import ROOT, missing_node, npm_install
+from tests.peers._install import ROOT, install_main, missing_node, npm_install, script_argv
 from tests.peers.launch import Peer
 
 PREFIX = ROOT / ".npm-peers-ts"
@@ -47,8 +47,7 @@ def install(timeout: float = 600.0) -> Path:
 
 def ts_argv(transport: str = "stdio", port: int | None = None) -> list[str]:
     """The command line of the peer (stdio: what a client spawns)."""
-    argv = ["node", str(SCRIPT), str(install()), "--transport", transport]
-    return argv if port is None else [*argv, "--port", str(port)]
+    return script_argv(["node", str(SCRIPT), str(install())], transport, port)
 
 
 def ts_http_peer() -> Peer:
@@ -58,8 +57,4 @@ def ts_http_peer() -> Peer:
 
 
 if __name__ == "__main__":
-    why = missing_tools()
-    if why is not None:
-        print(f"skipping: {why}", file=sys.stderr)
-        sys.exit(0)
-    print(install())
+    install_main(missing_tools, install)
