@@ -84,8 +84,8 @@ class ServerCalls(ListCalls):
 
         On MCP 2026-07-28 a request whose answer was lost after it went out (its response
         stream dropped) is re-issued under a new id when that is safe (``_reissue``: the
-        listings, ``server/discover``, ``resources/read``, ``prompts/get``, an idempotent
-        tool), at most twice, within ``timeout``.
+        listings, ``server/discover``, ``resources/read``, ``prompts/get``, ``tasks/get``, an
+        idempotent tool), at most twice, within ``timeout``.
 
         Raises:
             RequestError: the server answered with an error.
