@@ -190,3 +190,22 @@ def test_a_plain_answer_to_a_task_call_is_returned(server: FakeServer, connect: 
     assert client.call_tool("echo", {}, task=True, timeout=TIMEOUT) == DONE
     _, call = server.wait_for("tools/call")
     assert ("task" in call["params"]) == (server.era == "legacy")
+
+
+@pytest.mark.parametrize(
+    ("method", "call"),
+    [
+        ("resources/read", lambda c: c.read_resource("file:///fake/readme.txt", timeout=TIMEOUT)),
+        ("prompts/get", lambda c: c.get_prompt("greet", timeout=TIMEOUT)),
+    ],
+)
+def test_a_task_answer_to_a_request_no_task_may_answer_is_a_protocol_error(
+    modern: FakeServer, connect: Callable[..., mcp.Client], method: str, call: Callable[[mcp.Client], Any]
+) -> None:
+    # SEP-2663: only tools/call may be answered with a task; a client MUST take a
+    # CreateTaskResult to any other request as an invalid answer.
+    FakeTasks(modern)
+    created = {"resultType": "task", "taskId": "t-1", "status": "working", "createdAt": "x", "lastUpdatedAt": "x"}
+    modern.on(method, lambda params, ctx: {**created, "ttlMs": None})
+    with pytest.raises(mcp.ProtocolError, match=f"{method}.*task"):
+        call(connect(modern))

@@ -29,7 +29,14 @@ from .._protocol._errors import (
 )
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
-from .._protocol._host_checks import LOG_LEVELS, check_roots, created_task, tasks_advertised, with_tasks_extension
+from .._protocol._host_checks import (
+    LOG_LEVELS,
+    check_roots,
+    created_task,
+    misplaced_task,
+    tasks_advertised,
+    with_tasks_extension,
+)
 from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text
 from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
@@ -192,6 +199,9 @@ class ServerCalls(ListCalls):
         result = send(params, wait)
         for _ in range(MAX_INPUT_ROUNDS):
             if not isinstance(result, dict) or result.get("resultType") != "input_required":
+                why = misplaced_task(method, result)
+                if why is not None:
+                    raise ProtocolError(f"{why}: {peer_text(result)}")
                 return result
             retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
             requests = result.get("inputRequests")
