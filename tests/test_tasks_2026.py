@@ -209,3 +209,51 @@ def test_a_task_answer_to_a_request_no_task_may_answer_is_a_protocol_error(
     modern.on(method, lambda params, ctx: {**created, "ttlMs": None})
     with pytest.raises(mcp.ProtocolError, match=f"{method}.*task"):
         call(connect(modern))
+
+
+def legacy_task_server(tools: list[dict[str, Any]]) -> FakeServer:
+    """A 2025-11-25 server that advertises ``tasks.requests.tools.call`` and makes a task of
+    each call that asks for one (the tools' listings say which may)."""
+    capabilities = {"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}}
+    server = FakeServer(capabilities=capabilities, tools=tools)
+    created = {"taskId": "t-1", "status": "working", "createdAt": "x", "lastUpdatedAt": "x", "ttl": None}
+    server.on("tools/call", lambda params, ctx: {"task": created} if "task" in params else DONE)
+    return server
+
+
+def legacy_tool(name: str, task_support: str | None) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
+    if task_support is not None:
+        tool["execution"] = {"taskSupport": task_support}
+    return tool
+
+
+@pytest.mark.parametrize(
+    ("task_support", "asked"), [(None, False), ("forbidden", False), ("optional", True), ("required", True)]
+)
+def test_a_2025_task_is_asked_only_for_a_tool_whose_listing_allows_it(
+    connect: Callable[..., mcp.Client], task_support: str | None, asked: bool
+) -> None:
+    # 2025-11-25 tasks, tool-level negotiation: where execution.taskSupport is absent or
+    # "forbidden" a client MUST NOT invoke the tool as a task, whatever the server advertises.
+    with legacy_task_server([legacy_tool("echo", task_support)]) as legacy:
+        client = connect(legacy)
+        client.list_tools(timeout=TIMEOUT)
+        answer = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        _, call = legacy.wait_for("tools/call")
+        assert ("task" in call["params"]) is asked
+        assert isinstance(answer, mcp.Task) is asked
+        assert asked or answer == DONE
+
+
+def test_a_2025_task_call_of_a_tool_not_listed_yet_lists_the_tools_first(
+    connect: Callable[..., mcp.Client],
+) -> None:
+    with legacy_task_server([legacy_tool("plain", None), legacy_tool("slow", "required")]) as legacy:
+        client = connect(legacy)
+        assert client.call_tool("plain", {}, task=True, timeout=TIMEOUT) == DONE
+        assert "task" not in legacy.messages("tools/call")[0]["params"]
+        assert legacy.count("tools/list") == 1  # the listing says what each tool allows
+        assert isinstance(client.call_tool("slow", {}, task=True, timeout=TIMEOUT), mcp.Task)
+        assert "task" in legacy.messages("tools/call")[1]["params"]
+        assert legacy.count("tools/list") == 1  # known now: not listed again
