@@ -257,3 +257,22 @@ def test_a_2025_task_call_of_a_tool_not_listed_yet_lists_the_tools_first(
         assert isinstance(client.call_tool("slow", {}, task=True, timeout=TIMEOUT), mcp.Task)
         assert "task" in legacy.messages("tools/call")[1]["params"]
         assert legacy.count("tools/list") == 1  # known now: not listed again
+
+
+def test_a_2025_task_whose_server_pushes_no_status_is_followed_by_polling(
+    connect: Callable[..., mcp.Client],
+) -> None:
+    # 2025-11-25: requestors MUST NOT rely on notifications/tasks/status (it is optional) and
+    # SHOULD poll tasks/get: waiting on the handle polls, at the task's pollInterval.
+    with legacy_task_server([legacy_tool("echo", "optional")]) as legacy:
+        state = {"taskId": "t-1", "status": "working", "createdAt": "x", "lastUpdatedAt": "x", "pollInterval": 20}
+        legacy.on("tools/call", lambda params, ctx: {"task": dict(state)})
+        legacy.on("tasks/get", lambda params, ctx: dict(state))
+        task = connect(legacy).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        assert isinstance(task, mcp.Task)
+        waiting = in_thread(lambda: task.get(timeout=TIMEOUT))
+        legacy.wait_for("tasks/get")
+        state["status"] = "completed"
+        event = waiting()
+        assert (event.method, event.params["status"]) == ("notifications/tasks/status", "completed")
+        assert list(task) == []  # terminal: the iteration ends

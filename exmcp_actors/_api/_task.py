@@ -3,7 +3,9 @@
 ``client.call_tool(name, arguments, task=True)`` returns one when the server made a task.
 
 * MCP 2025-11-25 (the tasks utility): the status follows ``notifications/tasks/status``
-  and ``tasks/get`` answers; :meth:`Task.result` blocks in ``tasks/result``.
+  and ``tasks/get`` answers; :meth:`Task.result` blocks in ``tasks/result``. The server
+  need not push statuses (a requestor MUST NOT rely on them), so waiting for the next one
+  polls ``tasks/get`` at the task's ``pollInterval``, while the server answers it.
 * MCP 2026-07-28 (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663): there is no
   ``tasks/result`` and nothing is pushed unless a ``listen()`` names the task: the handle
   polls ``tasks/get`` (honouring ``pollIntervalMs``), whose answer inlines the result or
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
+from .._protocol._errors import Error, ProtocolError, RequestError, RequestTimeout
 from .._protocol._filters import TASK_NOTIFICATION, TASK_STATUS
 from .._protocol._host_checks import TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
@@ -87,6 +89,9 @@ class Task:
         self._answered: set[str] = set()
         #: ``forget(task_id)``: the client stops routing statuses to this task once it ended.
         self._forget = forget
+        #: 2025-11-25: ``tasks/get`` failed once (a server without it, a closed client): from
+        #: then on waiting takes only the pushed statuses.
+        self._polls_failed = False
 
     def __repr__(self) -> str:
         return f"<Task {self.task_id} {self.status}>"
@@ -217,7 +222,8 @@ class Task:
         left = _left(deadline)
         if left is not None and left <= 0.001:
             raise RequestTimeout(f"task {self.task_id} is still {self.status}")
-        interval = self.info.get("pollIntervalMs")
+        info = self.info
+        interval = info.get("pollIntervalMs", info.get("pollInterval"))  # 2026-07-28, 2025-11-25
         wait = DEFAULT_POLL_INTERVAL
         if isinstance(interval, (int, float)) and not isinstance(interval, bool):
             wait = max(interval / 1000.0, MIN_POLL_INTERVAL)
@@ -232,9 +238,10 @@ class Task:
 
     def get(self, timeout: float | None = None) -> Notification:
         """The next status notification; ``queue.Empty`` on timeout or once the task has ended.
-        On 2026-07-28 waiting polls ``tasks/get``, since nothing else may report the task."""
-        if self._modern_meta is not None and not self._ended.is_set() and self._inbox.empty():
-            deadline = None if timeout is None else time.monotonic() + timeout
+        Waiting polls ``tasks/get``: on 2026-07-28 nothing else may report the task, and on
+        2025-11-25 the server need not push its statuses."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._polls_failed and not self._ended.is_set() and self._inbox.empty():
             try:
                 while self._inbox.empty() and not self._ended.is_set():
                     self.refresh(timeout=_left(deadline))
@@ -242,7 +249,11 @@ class Task:
                         self._wait_for_news(deadline, lambda: not self._inbox.empty())
             except RequestTimeout:
                 raise queue.Empty from None
-            timeout = 0.001
+            except Error:
+                if self._modern_meta is not None:
+                    raise
+                self._polls_failed = True  # the pushed statuses, if any, are all there is
+            timeout = 0.001 if not self._polls_failed else _left(deadline)
         item = self._inbox.get(timeout=timeout) if not self._ended.is_set() or not self._inbox.empty() else _END
         if item is _END:
             self._inbox.put(_END)
