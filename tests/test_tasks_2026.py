@@ -17,6 +17,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
+from tests.waiting import wait_until
 
 TIMEOUT = 5.0
 TASKS = "io.modelcontextprotocol/tasks"
@@ -276,3 +277,32 @@ def test_a_2025_task_whose_server_pushes_no_status_is_followed_by_polling(
         event = waiting()
         assert (event.method, event.params["status"]) == ("notifications/tasks/status", "completed")
         assert list(task) == []  # terminal: the iteration ends
+
+
+def test_a_pushed_input_required_status_is_answered_without_waiting_for_the_next_poll(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    # SEP-2663: a client that observes input_required in a notifications/tasks SHOULD
+    # fulfil the input requests (through tasks/update); the next poll may be a minute away.
+    tasks = FakeTasks(modern, poll_interval_ms=60_000)
+    client = connect(modern, elicitation=lambda params: {"action": "accept", "content": {"name": "Ann"}})
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    assert isinstance(task, mcp.Task)
+    sub = client.listen({"taskIds": [task.task_id]}, timeout=TIMEOUT)
+    polls = itertools.count(1)
+
+    def get(params: dict[str, Any], ctx: Any) -> dict[str, Any]:  # each answer numbered
+        return {**tasks.detailed(params["taskId"]), "resultType": "complete", "statusMessage": f"poll {next(polls)}"}
+
+    modern.on("tasks/get", get)
+    result = in_thread(lambda: task.result(timeout=TIMEOUT))
+    # The waiting call has taken its first poll's answer: it waits for the next poll now.
+    wait_until(lambda: task.info.get("statusMessage") == "poll 1", what="the first poll's answer taken")
+    tasks.ask(task.task_id, {"name": NAME_REQUEST})  # only the push says so
+    modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
+    _, update = modern.wait_for("tasks/update", timeout=TIMEOUT)
+    assert modern.count("tasks/get") == 2  # the push woke the waiting call, which asked at once
+    assert update["params"]["inputResponses"] == {"name": {"action": "accept", "content": {"name": "Ann"}}}
+    tasks.complete(task.task_id, DONE)
+    modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
+    assert result() == DONE

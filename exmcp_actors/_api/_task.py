@@ -200,7 +200,7 @@ class Task:
         while self.status not in TERMINAL_TASK_STATES:
             self.refresh(timeout=_left(deadline))
             if self.status not in TERMINAL_TASK_STATES:
-                self._wait_for_news(deadline, lambda: self.status in TERMINAL_TASK_STATES)
+                self._wait_for_news(deadline, lambda: self.status in TERMINAL_TASK_STATES or self._input_pushed())
         info = self.info
         if info["status"] == "completed":
             outcome = info.get("result")
@@ -215,6 +215,15 @@ class Task:
             raise RequestError(error["code"], str(error.get("message", "")), data=error.get("data"))
         message = info.get("statusMessage") or f"task {self.task_id} was {info['status']}"
         raise RequestError(INTERNAL_ERROR, str(message), data=info)
+
+    def _input_pushed(self) -> bool:
+        """A pushed ``input_required`` status names input requests the host has not seen: the
+        client SHOULD answer them now (through a poll: the host's handlers run on its thread),
+        not at the next poll, which may be long in coming."""
+        with self._lock:
+            info, answered = self._info, self._answered
+            requests = info.get("inputRequests") if info.get("status") == "input_required" else None
+            return self._answer is not None and isinstance(requests, dict) and any(k not in answered for k in requests)
 
     def _wait_for_news(self, deadline: float | None, done: Callable[[], bool]) -> None:
         """Wait one poll interval, or less if ``done()`` turns true (a pushed status);
