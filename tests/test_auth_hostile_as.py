@@ -16,6 +16,7 @@ import gzip
 import logging
 import os
 import socket
+import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path

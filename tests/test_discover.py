@@ -21,7 +21,6 @@ from waiting import wait_until
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeConnection, FakeError, FakeServer
-from tests.waiting import wait_until
 
 TIMEOUT = 5.0
 FAST = mcp.Backoff(initial=0.01, factor=1, maximum=0.01, jitter=0)

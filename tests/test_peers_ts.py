@@ -20,7 +20,6 @@ from waiting import wait_until
 import exmcp_actors as mcp
 from tests.peers.launch import Peer
 from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
-from tests.waiting import wait_until
 
 TIMEOUT = 20.0
 HTTP_LOGGER = "exmcp_actors.http"

@@ -10,13 +10,18 @@ do it. No real server drops its own streams on cue; that is the gap the cut fill
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
 
 import exmcp_actors as mcp
+from exmcp_actors._protocol._jsonrpc import RequestFailed
 from exmcp_actors._protocol._reissue import MAX_REISSUES, why_not_reissued
+from exmcp_actors._transport._base import FrameSink
+from exmcp_actors.testing import FakeServer, FakeTasks
+from exmcp_actors.testing._transport import MemoryTransport
 from tests.peers.launch import Peer
 from tests.sdk_helpers import WAIT, TapTransport, server_stats, tool_text
 
@@ -149,6 +154,7 @@ def test_a_legacy_connection_is_not_reissued() -> None:
         ("server/discover", None, True),
         ("resources/read", {"uri": "file:///a"}, True),
         ("prompts/get", {"name": "greet"}, True),
+        ("tasks/get", {"taskId": "t-1"}, True),
         ("tools/call", {"name": "peek"}, True),
         ("tools/call", {"name": "bump"}, False),
         ("tools/call", {}, False),
@@ -158,3 +164,60 @@ def test_a_legacy_connection_is_not_reissued() -> None:
 )
 def test_only_what_is_safe_to_run_twice_is_reissued(method: str, params: Any, safe: bool) -> None:
     assert (why_not_reissued(method, params, lambda name: name == "peek") is None) is safe
+
+
+class LosingAnswers(MemoryTransport):
+    """A memory transport on which the first request of ``method`` loses its answer: the
+    client hears what a dropped response stream makes HTTP report (OutcomeUnknown)."""
+
+    def __init__(self, server: FakeServer, method: str) -> None:
+        super().__init__(server)
+        self.method = method
+        self.lost: list[Any] = []
+        self._sink: FrameSink | None = None
+
+    def open(self, sink: FrameSink, *, timeout: float) -> None:
+        self._sink = sink
+        super().open(sink, timeout=timeout)
+
+    def send(self, message: dict[str, Any]) -> None:
+        if message.get("method") == self.method and "id" in message and not self.lost:
+            self.lost.append(message["id"])
+            failure = RequestFailed(message["id"], mcp.OutcomeUnknown("the response stream dropped before the answer"))
+            sink = self._sink
+            assert sink is not None
+            # Delivered off the sending thread, as a transport's reader would.
+            threading.Thread(target=sink.frames_received, args=([failure],), daemon=True).start()
+            return
+        super().send(message)
+
+
+def test_a_task_poll_whose_answer_was_lost_is_polled_again() -> None:
+    # SEP-2663: tasks/get is a pure, idempotent read, so a lost answer is simply asked again.
+    with FakeServer(era="modern") as server:
+        tasks = FakeTasks(server, poll_interval_ms=20)
+        transport = LosingAnswers(server, "tasks/get")
+        client = mcp.connect(transport, reconnect=False)
+        try:
+            task = client.call_tool("echo", {}, task=True, timeout=WAIT)
+            assert isinstance(task, mcp.Task)
+            tasks.complete(task.task_id, {"content": [{"type": "text", "text": "done"}]})
+            assert task.result(timeout=WAIT) == {"content": [{"type": "text", "text": "done"}]}
+            assert len(transport.lost) == 1 and server.count("tasks/get") >= 1
+        finally:
+            client.disconnect()
+
+
+def test_a_probe_whose_answer_was_lost_probes_again_rather_than_fall_back(http_peer: Peer) -> None:
+    # A dropped server/discover stream says nothing of the server's era: the probe is
+    # re-issued under a new id (2026-07-28 changelog), not taken for a legacy server.
+    with mcp.connect(mcp.HttpTransport(http_peer.url)) as armer:
+        cut_next(armer, "server/discover")
+        before = posts(armer, "server/discover")
+        tap = TapTransport(mcp.HttpTransport(http_peer.url))
+        with mcp.connect(tap, connect_timeout=WAIT) as client:
+            assert client.era == "modern"
+            probes = tap.sent_messages("server/discover")
+            assert len(probes) == 2 and probes[0]["id"] != probes[1]["id"]
+            assert not tap.sent_messages("initialize")
+        assert posts(armer, "server/discover") - before == 2

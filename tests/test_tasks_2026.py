@@ -19,6 +19,7 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
 from tests.sdk_helpers import ClientPool
+from tests.waiting import wait_until
 
 TIMEOUT = 5.0
 TASKS = "io.modelcontextprotocol/tasks"
@@ -265,3 +266,118 @@ def test_a_plain_answer_to_a_task_call_is_returned(server: FakeServer, connect: 
     assert client.call_tool("echo", {}, task=True, timeout=TIMEOUT) == DONE
     _, call = server.wait_for("tools/call")
     assert ("task" in call["params"]) == (server.era == "legacy")
+
+
+@pytest.mark.parametrize(
+    ("method", "call"),
+    [
+        ("resources/read", lambda c: c.read_resource("file:///fake/readme.txt", timeout=TIMEOUT)),
+        ("prompts/get", lambda c: c.get_prompt("greet", timeout=TIMEOUT)),
+    ],
+)
+def test_a_task_answer_to_a_request_no_task_may_answer_is_a_protocol_error(
+    modern: FakeServer, connect: Callable[..., mcp.Client], method: str, call: Callable[[mcp.Client], Any]
+) -> None:
+    # SEP-2663: only tools/call may be answered with a task; a client MUST take a
+    # CreateTaskResult to any other request as an invalid answer.
+    FakeTasks(modern)
+    created = {"resultType": "task", "taskId": "t-1", "status": "working", "createdAt": "x", "lastUpdatedAt": "x"}
+    modern.on(method, lambda params, ctx: {**created, "ttlMs": None})
+    with pytest.raises(mcp.ProtocolError, match=f"{method}.*task"):
+        call(connect(modern))
+
+
+def legacy_task_server(tools: list[dict[str, Any]]) -> FakeServer:
+    """A 2025-11-25 server that advertises ``tasks.requests.tools.call`` and makes a task of
+    each call that asks for one (the tools' listings say which may)."""
+    capabilities = {"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}}
+    server = FakeServer(capabilities=capabilities, tools=tools)
+    created = {"taskId": "t-1", "status": "working", "createdAt": "x", "lastUpdatedAt": "x", "ttl": None}
+    server.on("tools/call", lambda params, ctx: {"task": created} if "task" in params else DONE)
+    return server
+
+
+def legacy_tool(name: str, task_support: str | None) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
+    if task_support is not None:
+        tool["execution"] = {"taskSupport": task_support}
+    return tool
+
+
+@pytest.mark.parametrize(
+    ("task_support", "asked"), [(None, False), ("forbidden", False), ("optional", True), ("required", True)]
+)
+def test_a_2025_task_is_asked_only_for_a_tool_whose_listing_allows_it(
+    connect: Callable[..., mcp.Client], task_support: str | None, asked: bool
+) -> None:
+    # 2025-11-25 tasks, tool-level negotiation: where execution.taskSupport is absent or
+    # "forbidden" a client MUST NOT invoke the tool as a task, whatever the server advertises.
+    with legacy_task_server([legacy_tool("echo", task_support)]) as legacy:
+        client = connect(legacy)
+        client.list_tools(timeout=TIMEOUT)
+        answer = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        _, call = legacy.wait_for("tools/call")
+        assert ("task" in call["params"]) is asked
+        assert isinstance(answer, mcp.Task) is asked
+        assert asked or answer == DONE
+
+
+def test_a_2025_task_call_of_a_tool_not_listed_yet_lists_the_tools_first(
+    connect: Callable[..., mcp.Client],
+) -> None:
+    with legacy_task_server([legacy_tool("plain", None), legacy_tool("slow", "required")]) as legacy:
+        client = connect(legacy)
+        assert client.call_tool("plain", {}, task=True, timeout=TIMEOUT) == DONE
+        assert "task" not in legacy.messages("tools/call")[0]["params"]
+        assert legacy.count("tools/list") == 1  # the listing says what each tool allows
+        assert isinstance(client.call_tool("slow", {}, task=True, timeout=TIMEOUT), mcp.Task)
+        assert "task" in legacy.messages("tools/call")[1]["params"]
+        assert legacy.count("tools/list") == 1  # known now: not listed again
+
+
+def test_a_2025_task_whose_server_pushes_no_status_is_followed_by_polling(
+    connect: Callable[..., mcp.Client],
+) -> None:
+    # 2025-11-25: requestors MUST NOT rely on notifications/tasks/status (it is optional) and
+    # SHOULD poll tasks/get: waiting on the handle polls, at the task's pollInterval.
+    with legacy_task_server([legacy_tool("echo", "optional")]) as legacy:
+        state = {"taskId": "t-1", "status": "working", "createdAt": "x", "lastUpdatedAt": "x", "pollInterval": 20}
+        legacy.on("tools/call", lambda params, ctx: {"task": dict(state)})
+        legacy.on("tasks/get", lambda params, ctx: dict(state))
+        task = connect(legacy).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+        assert isinstance(task, mcp.Task)
+        waiting = in_thread(lambda: task.get(timeout=TIMEOUT))
+        legacy.wait_for("tasks/get")
+        state["status"] = "completed"
+        event = waiting()
+        assert (event.method, event.params["status"]) == ("notifications/tasks/status", "completed")
+        assert list(task) == []  # terminal: the iteration ends
+
+
+def test_a_pushed_input_required_status_is_answered_without_waiting_for_the_next_poll(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    # SEP-2663: a client that observes input_required in a notifications/tasks SHOULD
+    # fulfil the input requests (through tasks/update); the next poll may be a minute away.
+    tasks = FakeTasks(modern, poll_interval_ms=60_000)
+    client = connect(modern, elicitation=lambda params: {"action": "accept", "content": {"name": "Ann"}})
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    assert isinstance(task, mcp.Task)
+    sub = client.listen({"taskIds": [task.task_id]}, timeout=TIMEOUT)
+    polls = itertools.count(1)
+
+    def get(params: dict[str, Any], ctx: Any) -> dict[str, Any]:  # each answer numbered
+        return {**tasks.detailed(params["taskId"]), "resultType": "complete", "statusMessage": f"poll {next(polls)}"}
+
+    modern.on("tasks/get", get)
+    result = in_thread(lambda: task.result(timeout=TIMEOUT))
+    # The waiting call has taken its first poll's answer: it waits for the next poll now.
+    wait_until(lambda: task.info.get("statusMessage") == "poll 1", what="the first poll's answer taken")
+    tasks.ask(task.task_id, {"name": NAME_REQUEST})  # only the push says so
+    modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
+    _, update = modern.wait_for("tasks/update", timeout=TIMEOUT)
+    assert modern.count("tasks/get") == 2  # the push woke the waiting call, which asked at once
+    assert update["params"]["inputResponses"] == {"name": {"action": "accept", "content": {"name": "Ann"}}}
+    tasks.complete(task.task_id, DONE)
+    modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
+    assert result() == DONE

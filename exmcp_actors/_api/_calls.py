@@ -29,7 +29,14 @@ from .._protocol._errors import (
 )
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
-from .._protocol._host_checks import LOG_LEVELS, check_roots, created_task, tasks_advertised, with_tasks_extension
+from .._protocol._host_checks import (
+    LOG_LEVELS,
+    check_roots,
+    created_task,
+    misplaced_task,
+    tasks_advertised,
+    with_tasks_extension,
+)
 from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text
 from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
@@ -84,8 +91,8 @@ class ServerCalls(ListCalls):
 
         On MCP 2026-07-28 a request whose answer was lost after it went out (its response
         stream dropped) is re-issued under a new id when that is safe (``_reissue``: the
-        listings, ``server/discover``, ``resources/read``, ``prompts/get``, an idempotent
-        tool), at most twice, within ``timeout``.
+        listings, ``server/discover``, ``resources/read``, ``prompts/get``, ``tasks/get``, an
+        idempotent tool), at most twice, within ``timeout``.
 
         Raises:
             RequestError: the server answered with an error.
@@ -192,6 +199,9 @@ class ServerCalls(ListCalls):
         result = send(params, wait)
         for _ in range(MAX_INPUT_ROUNDS):
             if not isinstance(result, dict) or result.get("resultType") != "input_required":
+                why = misplaced_task(method, result)
+                if why is not None:
+                    raise ProtocolError(f"{why}: {peer_text(result)}")
                 return result
             retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
             requests = result.get("inputRequests")
@@ -240,9 +250,11 @@ class ServerCalls(ListCalls):
                 in order, off the client's threads (the client adds ``_meta.progressToken``).
                 Progress does not extend ``timeout``.
             task: True (or ``{"ttl": ms}``, MCP 2025-11-25 only): let the server run the call as
-                a task, when it says it can (2025-11-25: ``tasks.requests.tools.call``; 2026-07-28:
-                the ``io.modelcontextprotocol/tasks`` extension); else the call runs plainly. A
-                server that runs it at once answers the result dict, which is returned as is.
+                a task, when it says it can (2025-11-25: ``tasks.requests.tools.call`` and the
+                tool's ``execution.taskSupport`` "optional" or "required", the tools listed
+                first if this one was not; 2026-07-28: the ``io.modelcontextprotocol/tasks``
+                extension); else the call runs plainly. A server that runs it at once answers
+                the result dict, which is returned as is.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
@@ -253,6 +265,11 @@ class ServerCalls(ListCalls):
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
         modern = self.era == "modern"
         asks = task is not False and tasks_advertised(self._shared.server_capabilities, self.era)
+        if asks and not modern:
+            wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+            deadline = time.monotonic() + wait
+            asks = self._tool_runs_as_task(name, wait)
+            timeout = max(deadline - time.monotonic(), 0.001)
         modern_meta = {META_CLIENT_CAPABILITIES: with_tasks_extension(self._host.abilities.capabilities(), True)}
         if asks and modern:  # 2026-07-28: the server decides; declaring the extension lets it
             params["_meta"] = modern_meta
@@ -271,6 +288,23 @@ class ServerCalls(ListCalls):
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
+
+    def _tool_runs_as_task(self, name: str, wait: float) -> bool:
+        """2025-11-25: whether the tool's listing lets it run as a task (``execution.taskSupport``
+        "optional" or "required"; where it is absent or "forbidden" a client MUST NOT ask). A
+        tool no listing named yet is looked up with one ``list_tools()``; a server that refuses
+        the listing gets a plain call."""
+        tools = self._shared.tools
+        if tools is None:
+            return False
+        support = tools.task_support(name)
+        if support is None:
+            try:
+                self.list_tools(timeout=wait)
+            except RequestError:
+                return False
+            support = tools.task_support(name)
+        return support in ("optional", "required")
 
     def _calling_tool(self, params: dict[str, Any], wait: float) -> Any:
         """One round of a ``tools/call``. A 2026-07-28 server that refuses its ``Mcp-Param-*``

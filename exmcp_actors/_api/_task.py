@@ -3,7 +3,9 @@
 ``client.call_tool(name, arguments, task=True)`` returns one when the server made a task.
 
 * MCP 2025-11-25 (the tasks utility): the status follows ``notifications/tasks/status``
-  and ``tasks/get`` answers; :meth:`Task.result` blocks in ``tasks/result``.
+  and ``tasks/get`` answers; :meth:`Task.result` blocks in ``tasks/result``. The server
+  need not push statuses (a requestor MUST NOT rely on them), so waiting for the next one
+  polls ``tasks/get`` at the task's ``pollInterval``, while the server answers it.
 * MCP 2026-07-28 (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663): there is no
   ``tasks/result`` and nothing is pushed unless a ``listen()`` names the task: the handle
   polls ``tasks/get`` (honouring ``pollIntervalMs``), whose answer inlines the result or
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
+from .._protocol._errors import Error, ProtocolError, RequestError, RequestTimeout
 from .._protocol._filters import TASK_NOTIFICATION, TASK_STATUS
 from .._protocol._host_checks import TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
@@ -87,6 +89,9 @@ class Task:
         self._answered: set[str] = set()
         #: ``forget(task_id)``: the client stops routing statuses to this task once it ended.
         self._forget = forget
+        #: 2025-11-25: ``tasks/get`` failed once (a server without it, a closed client): from
+        #: then on waiting takes only the pushed statuses.
+        self._polls_failed = False
 
     def __repr__(self) -> str:
         return f"<Task {self.task_id} {self.status}>"
@@ -195,7 +200,7 @@ class Task:
         while self.status not in TERMINAL_TASK_STATES:
             self.refresh(timeout=_left(deadline))
             if self.status not in TERMINAL_TASK_STATES:
-                self._wait_for_news(deadline, lambda: self.status in TERMINAL_TASK_STATES)
+                self._wait_for_news(deadline, lambda: self.status in TERMINAL_TASK_STATES or self._input_pushed())
         info = self.info
         if info["status"] == "completed":
             outcome = info.get("result")
@@ -211,13 +216,23 @@ class Task:
         message = info.get("statusMessage") or f"task {self.task_id} was {info['status']}"
         raise RequestError(INTERNAL_ERROR, str(message), data=info)
 
+    def _input_pushed(self) -> bool:
+        """A pushed ``input_required`` status names input requests the host has not seen: the
+        client SHOULD answer them now (through a poll: the host's handlers run on its thread),
+        not at the next poll, which may be long in coming."""
+        with self._lock:
+            info, answered = self._info, self._answered
+            requests = info.get("inputRequests") if info.get("status") == "input_required" else None
+            return self._answer is not None and isinstance(requests, dict) and any(k not in answered for k in requests)
+
     def _wait_for_news(self, deadline: float | None, done: Callable[[], bool]) -> None:
         """Wait one poll interval, or less if ``done()`` turns true (a pushed status);
         RequestTimeout once the deadline has passed."""
         left = _left(deadline)
         if left is not None and left <= 0.001:
             raise RequestTimeout(f"task {self.task_id} is still {self.status}")
-        interval = self.info.get("pollIntervalMs")
+        info = self.info
+        interval = info.get("pollIntervalMs", info.get("pollInterval"))  # 2026-07-28, 2025-11-25
         wait = DEFAULT_POLL_INTERVAL
         if isinstance(interval, (int, float)) and not isinstance(interval, bool):
             wait = max(interval / 1000.0, MIN_POLL_INTERVAL)
@@ -232,9 +247,10 @@ class Task:
 
     def get(self, timeout: float | None = None) -> Notification:
         """The next status notification; ``queue.Empty`` on timeout or once the task has ended.
-        On 2026-07-28 waiting polls ``tasks/get``, since nothing else may report the task."""
-        if self._modern_meta is not None:
-            deadline = None if timeout is None else time.monotonic() + timeout
+        Waiting polls ``tasks/get``: on 2026-07-28 nothing else may report the task, and on
+        2025-11-25 the server need not push its statuses."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._polls_failed:
             try:
                 while not self._ended.is_set():
                     # Seeing a status and taking it are one step: another thread reading this
@@ -250,8 +266,12 @@ class Task:
                         self._wait_for_news(deadline, lambda: not self._inbox.empty())
             except RequestTimeout:
                 raise queue.Empty from None
+            except Error:
+                if self._modern_meta is not None:
+                    raise
+                self._polls_failed = True  # the pushed statuses, if any, are all there is
         # Once ended, _END stays queued behind the last statuses (each reader puts it back).
-        return self._notification(self._inbox.get(timeout=timeout))
+        return self._notification(self._inbox.get(timeout=_left(deadline)))
 
     def _notification(self, item: Any) -> Notification:
         """A taken item as :meth:`get` returns it: ``queue.Empty`` for the end (put back for

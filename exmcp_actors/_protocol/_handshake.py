@@ -7,6 +7,7 @@ table in ``_state.py``; the session makes it READY on ``Negotiated``::
 
     start(auto|modern) -> PROBING --discover result--> READY (modern)
                             | -32020, -32021: a modern server refused the probe --> Failed
+                            | its answer lost (OutcomeUnknown) --> the probe again, new id (twice)
                             | any other error, a failed exchange, a timeout (auto) --> INITIALIZING
     start(legacy) -------> INITIALIZING --result--> READY (legacy) (+ notifications/initialized)
     start(auto|modern, with a known discover result) -> PROBING -> READY (modern), nothing sent
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._errors import ConnectError, error_term
+from ._errors import ConnectError, OutcomeUnknown, error_term
 from ._jsonrpc import (
     MODERN_ONLY_ERRORS,
     UNSUPPORTED_VERSION,
@@ -30,6 +31,7 @@ from ._jsonrpc import (
     notification,
 )
 from ._peer_text import peer_text
+from ._reissue import MAX_REISSUES
 from ._state import ConnectionState, Move, Phase
 from ._versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, MODERN_VERSIONS, Era, era_of
 
@@ -149,6 +151,8 @@ class Handshake:
         self._started = False
         self._outstanding: Any = None
         self._reprobed = False
+        #: How many times a probe whose answer was lost was sent again.
+        self._reissued = 0
         #: A discover result the host kept (checked by :func:`check_discover_result`): adopted, not asked.
         self._known = known
 
@@ -197,6 +201,9 @@ class Handshake:
 
     def _probe(self) -> list[Action]:
         self._connection.move(Move.PROBE)
+        return self._send_probe()
+
+    def _send_probe(self) -> list[Action]:
         request_id = self._ids.next_id()
         self._outstanding = request_id
         params = {"_meta": modern_meta(self.client_info, self.capabilities)}
@@ -215,6 +222,11 @@ class Handshake:
 
     def _probe_answered(self, answer: Answer) -> list[Action]:
         if isinstance(answer, RequestFailed):
+            if isinstance(answer.error, OutcomeUnknown) and self._reissued < MAX_REISSUES:
+                # The server took the probe and its answer was lost (a dropped response
+                # stream): that says nothing of its era. 2026-07-28 has it re-issued.
+                self._reissued += 1
+                return self._send_probe()
             if self.mode == "modern":
                 return self._fail(f"server/discover failed: {peer_text(str(answer.error), 1000)}")
             # A legacy HTTP server refuses the unknown method at the HTTP level (400, 404, 405).

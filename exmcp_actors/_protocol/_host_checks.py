@@ -90,6 +90,18 @@ def tasks_advertised(capabilities: dict[str, Any], era: str | None) -> bool:
     return isinstance(tools, dict) and isinstance(tools.get("call"), dict)
 
 
+#: The requests a 2026-07-28 server may answer with a task (the tasks extension's supported methods).
+TASK_METHODS: frozenset[str] = frozenset(("tools/call",))
+
+
+def misplaced_task(method: str, result: Any) -> str | None:
+    """Why ``result`` is no answer to ``method``: a task (``resultType: "task"``) where the tasks
+    extension allows none, which a client MUST take as an invalid answer; else None."""
+    if method in TASK_METHODS or not isinstance(result, dict) or result.get("resultType") != "task":
+        return None
+    return f"{method} was answered with a task (resultType 'task'), which only tools/call may be"
+
+
 def created_task(result: Any) -> dict[str, Any] | None:
     """The task a ``tools/call`` answer made, or None for a plain result: 2026-07-28 puts it at
     the top with ``resultType: "task"``, 2025-11-25 under ``task``."""

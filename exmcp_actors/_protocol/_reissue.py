@@ -4,8 +4,9 @@ MCP 2026-07-28 dropped the resumption of response streams: "A broken response st
 loses the in-flight request; clients MUST re-issue it as a new request with a new
 request ID" (changelog, SEP-2575). A request whose answer was lost may have run on the
 server, so the client re-issues on its own only what is harmless to run twice: the
-listings (``*/list``), ``server/discover``, ``resources/read``, ``prompts/get``, and a
-``tools/call`` of a tool its listing marks ``annotations.idempotentHint: true``. Anything
+listings (``*/list``), ``server/discover``, ``resources/read``, ``prompts/get``, a task's
+``tasks/get`` (the tasks extension makes it a pure, idempotent read), and a ``tools/call``
+of a tool its listing marks ``annotations.idempotentHint: true``. Anything
 else reaches the host as :class:`~._errors.OutcomeUnknown`, which says it may or may not
 have run, and the host decides.
 
@@ -24,7 +25,7 @@ from typing import Any, Final
 __all__ = ["MAX_REISSUES", "describe_call", "why_not_reissued"]
 
 MAX_REISSUES: Final = 2
-_READS: Final = frozenset({"server/discover", "resources/read", "prompts/get"})
+_READS: Final = frozenset({"server/discover", "resources/read", "prompts/get", "tasks/get"})
 
 
 def why_not_reissued(method: str, params: Any, idempotent: Callable[[str], bool]) -> str | None:

@@ -1,5 +1,6 @@
 """What the client learned of each tool from ``tools/list`` (sans-IO): the arguments it
-mirrors into ``Mcp-Param-*`` headers, and whether calling it again is harmless.
+mirrors into ``Mcp-Param-*`` headers, whether calling it again is harmless, and whether a
+2025-11-25 server lets it run as a task.
 
 The book is changed only by :meth:`ToolBook.learn`, which its owner (the session, under
 its monitor) runs for every page a ``list_tools`` fetched or took from the cache. Its
@@ -35,6 +36,8 @@ class ToolFacts(NamedTuple):
     headers: HeaderMap
     #: ``annotations.idempotentHint`` is true: a call may be sent again after a dropped answer.
     idempotent: bool
+    #: 2025-11-25 ``execution.taskSupport``: "optional", "required", else "forbidden" (its default).
+    task_support: str = "forbidden"
 
 
 _EMPTY: Final[Mapping[str, ToolFacts]] = MappingProxyType({})
@@ -43,7 +46,10 @@ _EMPTY: Final[Mapping[str, ToolFacts]] = MappingProxyType({})
 def _facts_of(tool: dict[str, Any]) -> ToolFacts:
     annotations = tool.get("annotations")
     idempotent = isinstance(annotations, dict) and annotations.get("idempotentHint") is True
-    return ToolFacts(header_map(tool.get("inputSchema")), idempotent)
+    execution = tool.get("execution")
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    task_support = support if support in ("optional", "required") else "forbidden"
+    return ToolFacts(header_map(tool.get("inputSchema")), idempotent, task_support)
 
 
 class ToolBook:
@@ -111,3 +117,9 @@ class ToolBook:
     def idempotent(self, name: str) -> bool:
         facts = self.facts.get(name)
         return facts is not None and facts.idempotent
+
+    def task_support(self, name: str) -> str | None:
+        """The listed tool's ``execution.taskSupport`` ("forbidden" when it gives none), or None
+        for a tool no listing named."""
+        facts = self.facts.get(name)
+        return facts.task_support if facts is not None else None

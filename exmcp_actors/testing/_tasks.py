@@ -7,7 +7,8 @@
 * MCP 2025-11-25 (the tasks utility): a ``tools/call`` that carries ``task`` creates a
   task; ``tasks/get``, ``tasks/result`` (held until the task ends), ``tasks/cancel`` and
   ``tasks/list`` are answered, and each status change is pushed as
-  ``notifications/tasks/status``.
+  ``notifications/tasks/status``. ``tools/list`` gives each tool that has no ``execution``
+  ``{"taskSupport": "optional"}``, since a client may ask a task of no other tool.
 * MCP 2026-07-28 (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663): a
   ``tools/call`` whose ``_meta`` client capabilities declare the extension gets a
   ``resultType: "task"`` answer; ``tasks/get`` inlines the result, the error or the
@@ -72,7 +73,9 @@ class FakeTasks:
             "extensions": extensions,
         }
         self._plain_call = server.default_handler("tools/call")
+        self._plain_list = server.default_handler("tools/list")
         server.on("tools/call", self._call)
+        server.on("tools/list", self._list)
         server.on("tasks/get", self._get)
         server.on("tasks/result", self._result, concurrent=True)
         server.on("tasks/cancel", self._cancel)
@@ -137,6 +140,16 @@ class FakeTasks:
         self.set_status(task_id, "failed", message)
 
     # -- handlers --------------------------------------------------------------------------
+
+    def _list(self, params: dict[str, Any], ctx: FakeConnection) -> Any:
+        listed = self._plain_list(params, ctx) if self._plain_list is not None else {"tools": []}
+        if ctx.era == "modern" or not isinstance(listed, dict) or not isinstance(listed.get("tools"), list):
+            return listed  # the extension has no tool-level task support
+        optional = {"taskSupport": "optional"}
+        tools = [
+            t if not isinstance(t, dict) or "execution" in t else {**t, "execution": optional} for t in listed["tools"]
+        ]
+        return {**listed, "tools": tools}
 
     def _call(self, params: dict[str, Any], ctx: FakeConnection) -> Any:
         modern = ctx.era == "modern"
