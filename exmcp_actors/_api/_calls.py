@@ -240,8 +240,9 @@ class ServerCalls(ListCalls):
                 in order, off the client's threads (the client adds ``_meta.progressToken``).
                 Progress does not extend ``timeout``.
             task: True (or ``{"ttl": ms}``, MCP 2025-11-25 only): let the server run the call as
-                a task, when it says it can (2025-11-25: ``tasks.requests.tools.call``; 2026-07-28:
-                the ``io.modelcontextprotocol/tasks`` extension); else the call runs plainly. A
+                a task, when it says it can (2025-11-25: ``tasks.requests.tools.call`` and the
+                tool's ``execution.taskSupport``, listed first if need be; 2026-07-28: the
+                ``io.modelcontextprotocol/tasks`` extension); else the call runs plainly. A
                 server that runs it at once answers the result dict, which is returned as is.
         """
         if not isinstance(name, str) or not name:
@@ -253,6 +254,8 @@ class ServerCalls(ListCalls):
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
         modern = self.era == "modern"
         asks = task is not False and tasks_advertised(self._shared.server_capabilities, self.era)
+        if asks and not modern:
+            asks, timeout = self._tool_takes_task(name, timeout)
         modern_meta = {META_CLIENT_CAPABILITIES: with_tasks_extension(self._host.abilities.capabilities(), True)}
         if asks and modern:  # 2026-07-28: the server decides; declaring the extension lets it
             params["_meta"] = modern_meta
@@ -271,6 +274,21 @@ class ServerCalls(ListCalls):
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
+
+    def _tool_takes_task(self, name: str, timeout: float | None) -> tuple[bool, float | None]:
+        """Whether a 2025-11-25 ``tools/call`` of ``name`` may ask for a task, and what is left
+        of the call's ``timeout``. The server's capability is not enough: the tool's listing must
+        say ``execution.taskSupport`` "optional" or "required" (absent means "forbidden", and a
+        client MUST NOT ask then). A tool not listed yet is looked up with one listing, within
+        the call's timeout."""
+        tools = self._shared.tools
+        known = tools.takes_task(name) if tools is not None else None
+        if known is not None or tools is None:
+            return known is True, timeout
+        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+        deadline = time.monotonic() + wait
+        self.list_tools(timeout=wait)
+        return tools.takes_task(name) is True, max(deadline - time.monotonic(), 0.001)
 
     def _calling_tool(self, params: dict[str, Any], wait: float) -> Any:
         """One round of a ``tools/call``. A 2026-07-28 server that refuses its ``Mcp-Param-*``

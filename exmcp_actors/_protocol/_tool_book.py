@@ -1,5 +1,6 @@
 """What the client learned of each tool from ``tools/list`` (sans-IO): the arguments it
-mirrors into ``Mcp-Param-*`` headers, and whether calling it again is harmless.
+mirrors into ``Mcp-Param-*`` headers, whether calling it again is harmless, and whether it
+may be asked to run as a task (MCP 2025-11-25).
 
 The book is changed only by :meth:`ToolBook.learn`, which its owner (the session, under
 its monitor) runs for every page a ``list_tools`` fetched or took from the cache. Its
@@ -23,6 +24,10 @@ logger = logging.getLogger("exmcp_actors")
 
 __all__ = ["ToolBook", "ToolFacts"]
 
+#: The ``execution.taskSupport`` values that let a 2025-11-25 client ask for a task; absent
+#: (or anything else) means "forbidden", and a client MUST NOT ask then.
+TASK_SUPPORT: Final = frozenset({"optional", "required"})
+
 #: Tools whose rejection was logged already, remembered so a re-list logs each once; past
 #: this many (a server inventing names) the oldest are forgotten.
 MAX_WARNED: Final = 256
@@ -35,6 +40,8 @@ class ToolFacts(NamedTuple):
     headers: HeaderMap
     #: ``annotations.idempotentHint`` is true: a call may be sent again after a dropped answer.
     idempotent: bool
+    #: ``execution.taskSupport`` is "optional" or "required": a 2025-11-25 call may ask for a task.
+    takes_task: bool
 
 
 _EMPTY: Final[Mapping[str, ToolFacts]] = MappingProxyType({})
@@ -43,7 +50,9 @@ _EMPTY: Final[Mapping[str, ToolFacts]] = MappingProxyType({})
 def _facts_of(tool: dict[str, Any]) -> ToolFacts:
     annotations = tool.get("annotations")
     idempotent = isinstance(annotations, dict) and annotations.get("idempotentHint") is True
-    return ToolFacts(header_map(tool.get("inputSchema")), idempotent)
+    execution = tool.get("execution")
+    takes_task = isinstance(execution, dict) and execution.get("taskSupport") in TASK_SUPPORT
+    return ToolFacts(header_map(tool.get("inputSchema")), idempotent, takes_task)
 
 
 class ToolBook:
@@ -111,3 +120,8 @@ class ToolBook:
     def idempotent(self, name: str) -> bool:
         facts = self.facts.get(name)
         return facts is not None and facts.idempotent
+
+    def takes_task(self, name: str) -> bool | None:
+        """Whether ``name``'s listing lets a call ask for a task; None for a tool not listed."""
+        facts = self.facts.get(name)
+        return None if facts is None else facts.takes_task

@@ -4,7 +4,8 @@
 :meth:`FakeTasks.set_status`, :meth:`FakeTasks.ask`, :meth:`FakeTasks.complete` or
 :meth:`FakeTasks.fail`.
 
-* MCP 2025-11-25 (the tasks utility): a ``tools/call`` that carries ``task`` creates a
+* MCP 2025-11-25 (the tasks utility): ``tools/list`` marks each tool that says nothing
+  ``execution.taskSupport: "optional"``; a ``tools/call`` that carries ``task`` creates a
   task; ``tasks/get``, ``tasks/result`` (held until the task ends), ``tasks/cancel`` and
   ``tasks/list`` are answered, and each status change is pushed as
   ``notifications/tasks/status``.
@@ -72,6 +73,8 @@ class FakeTasks:
             "extensions": extensions,
         }
         self._plain_call = server.default_handler("tools/call")
+        self._plain_list = server.default_handler("tools/list")
+        server.on("tools/list", self._list)
         server.on("tools/call", self._call)
         server.on("tasks/get", self._get)
         server.on("tasks/result", self._result, concurrent=True)
@@ -137,6 +140,14 @@ class FakeTasks:
         self.set_status(task_id, "failed", message)
 
     # -- handlers --------------------------------------------------------------------------
+
+    def _list(self, params: dict[str, Any], ctx: FakeConnection) -> Any:
+        """The tools, each marked as running as a task on request (``execution.taskSupport``
+        "optional" where a tool says nothing), as a 2025-11-25 server that serves tool tasks
+        lists them: a client may not ask a tool that says nothing."""
+        listed = self._plain_list(params, ctx) if self._plain_list is not None else {"tools": []}
+        tools = [{"execution": {"taskSupport": "optional"}, **tool} for tool in listed.get("tools", [])]
+        return {**listed, "tools": tools}
 
     def _call(self, params: dict[str, Any], ctx: FakeConnection) -> Any:
         modern = ctx.era == "modern"
