@@ -1,10 +1,13 @@
 """Against the official TypeScript SDK v2 server (npm ``@modelcontextprotocol/server`` 2.4.0,
 tests/peers/ts_server.mjs), a server written elsewhere, over stdio and Streamable HTTP in
 both eras: plain answers to calls asked as tasks, a kept ``server/discover`` result reused
-with no round trip, and its default HTTP setup, which serves 2025 traffic statelessly (GET
-answers 405) while it advertises resource subscriptions.
+with no round trip, arguments mirrored into ``Mcp-Param-*`` headers the SDK checks, its
+default HTTP setup, which serves 2025 traffic statelessly (GET answers 405) while it
+advertises resource subscriptions, and the sessions of its documented stateful 2025 wiring
+across a restart on the same port.
 
-One Streamable HTTP peer serves the module; each stdio client starts its own.
+One Streamable HTTP peer serves the module; each stdio client starts its own, and the
+restart test its own stateful HTTP peer.
 """
 
 from __future__ import annotations
@@ -105,3 +108,36 @@ def test_a_legacy_watch_of_a_server_serving_2025_statelessly_is_warned_about_onc
     first.unsubscribe()
     client.call_tool("touch", {"uri": "demo://a"}, timeout=TIMEOUT)  # a request after: no second warning
     assert len(warnings()) == 1
+
+
+@pytest.mark.parametrize("listed_first", [True, False])
+def test_marked_arguments_ride_in_headers_the_sdk_server_checks(
+    connect: Callable[..., mcp.Client], listed_first: bool
+) -> None:
+    client = connect("http")
+    assert client.era == "modern"
+    if listed_first:
+        [route] = [tool for tool in client.list_tools() if tool["name"] == "route"]
+        assert route["inputSchema"]["properties"]["region"]["x-mcp-header"] == "Region"
+    # Not listed first: the SDK refuses the call without its header (-32020), the client
+    # lists the tools and sends it once more. Non-ASCII goes base64-encoded.
+    answer = client.call_tool("route", {"region": "Zürich eu", "shard": 3}, timeout=TIMEOUT)
+    assert text_of(answer) == "region Zürich eu shard 3"
+
+
+def test_a_stateful_2025_session_is_watched_across_a_restart_on_the_same_port() -> None:
+    peer = ts_http_peer("stateful")
+    backoff = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
+    try:
+        with mcp.connect(peer.url, protocol="legacy", backoff=backoff, connect_timeout=TIMEOUT) as client:
+            watch = client.watch({"resourceSubscriptions": ["demo://a"]}, timeout=TIMEOUT)
+            client.call_tool("touch", {"uri": "demo://a"}, timeout=TIMEOUT)
+            assert watch.get(timeout=TIMEOUT).params == {"uri": "demo://a"}  # its GET stream carries it
+            peer.restart()
+            reconnected = watch.get(timeout=TIMEOUT)
+            assert isinstance(reconnected, mcp.Reconnected), reconnected
+            assert reconnected.report == {"resubscribed": ["demo://a"], "failed": []}
+            client.call_tool("touch", {"uri": "demo://a"}, timeout=TIMEOUT)
+            assert watch.get(timeout=TIMEOUT).params == {"uri": "demo://a"}
+    finally:
+        peer.stop()
