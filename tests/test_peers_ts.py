@@ -141,3 +141,23 @@ def test_a_stateful_2025_session_is_watched_across_a_restart_on_the_same_port() 
             assert watch.get(timeout=TIMEOUT).params == {"uri": "demo://a"}
     finally:
         peer.stop()
+
+
+def test_a_modern_watch_comes_back_after_every_outage_however_many() -> None:
+    # Each outage (the server killed, then back on the same port before the re-listen is due)
+    # costs the watch one re-listen; max_reconnect_attempts bounds the attempts of one outage,
+    # not of the watch's life.
+    peer = ts_http_peer()
+    backoff = mcp.Backoff(initial=2.0, factor=1, maximum=2.0, jitter=0.0)
+    try:
+        with mcp.connect(peer.url, max_reconnect_attempts=2, backoff=backoff, connect_timeout=TIMEOUT) as client:
+            watch = client.watch({"resourceSubscriptions": ["demo://a"]}, timeout=TIMEOUT)
+            for _ in range(3):
+                peer.kill()
+                peer.start()
+                back = watch.get(timeout=TIMEOUT)
+                assert isinstance(back, mcp.Reconnected), back
+            client.call_tool("touch", {"uri": "demo://a"}, timeout=TIMEOUT)
+            assert watch.get(timeout=TIMEOUT).params == {"uri": "demo://a"}
+    finally:
+        peer.stop()

@@ -1054,6 +1054,18 @@ def test_one_dropped_subscription_stream_relistens_after_a_backoff_on_the_same_c
     assert effects == [FetchSnapshot(handle.id, listen["id"], NotificationFilter(uris=(A,)))]
 
 
+def test_a_watch_that_came_back_gets_every_attempt_again_at_its_next_drop() -> None:
+    driver = Driver("modern", attempts=1).connect()
+    watch, listen_id = driver.live(uris(A), kind="watch")
+    for _ in range(3):  # three outages, each over at its first re-listen
+        [timer] = driver.frames(stream_dropped(listen_id))
+        assert isinstance(timer, ArmTimer) and timer.delay == BACKOFF.delay(1)
+        [listen] = sent(driver.feed(timer.event))
+        listen_id = listen["id"]
+        driver.frames(acknowledgment(listen_id, uris(A)))
+        assert driver.received(watch) == [m.Reconnected(m.RECONNECTED, watch, {"resubscribed": [A], "failed": []})]
+
+
 def test_a_subscription_whose_relistens_keep_dropping_is_closed_as_exhausted() -> None:
     driver = Driver("modern", attempts=3).connect()
     handle, listen_id = driver.live(uris(A))

@@ -209,10 +209,12 @@ class Subscriptions:
             self._release_held(entry)
             return
         if entry.kind == "watch":
-            # A watch has no snapshot: the re-listen reports like a legacy reconnect.
+            # A watch has no snapshot: the re-listen reports like a legacy reconnect. The
+            # outage is over, so the next one gets every attempt again (as a resync ends one).
             report = {"resubscribed": list(ack.uris), "failed": []}
             registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, report))
             entry.to(EntryState.LIVE)
+            entry.relisten_attempts = 0
             self._release_held(entry)
             return
         if entry.state in FETCHING:
@@ -296,6 +298,7 @@ class Subscriptions:
             self._relistened(handle.id)
             self._registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, {"resubscribed": [], "failed": []}))
             entry.to(EntryState.LIVE)
+        entry.relisten_attempts = 0
         entry.held = []
 
     def cancelled_by_server(self, params: dict[str, Any]) -> bool:
