@@ -20,11 +20,17 @@ import pytest
 from sdk_helpers import TapTransport
 
 import exmcp_actors as mcp
+from tests.cli_helpers import Cli
 from tests.peers.launch import Peer
 from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
 from tests.waiting import wait_until
 
 TIMEOUT = 20.0
+#: Reconnect quickly, yet for long enough that a restart on a busy machine fits in.
+FAST: dict[str, Any] = {
+    "backoff": mcp.Backoff(initial=0.1, factor=2, maximum=0.5, jitter=0.1),
+    "max_reconnect_attempts": 40,
+}
 HTTP_LOGGER = "exmcp_actors.http"
 
 pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
@@ -159,5 +165,59 @@ def test_a_modern_watch_comes_back_after_every_outage_however_many() -> None:
                 assert isinstance(back, mcp.Reconnected), back
             client.call_tool("touch", {"uri": "demo://a"}, timeout=TIMEOUT)
             assert watch.get(timeout=TIMEOUT).params == {"uri": "demo://a"}
+    finally:
+        peer.stop()
+
+
+# -- a graceful shutdown (close(): each listen gets its graceful answer), then a restart --------
+
+
+def test_a_modern_watch_follows_a_server_that_shut_down_gracefully_back_after_its_restart() -> None:
+    peer = ts_http_peer()
+    try:
+        with mcp.connect(peer.url, connect_timeout=TIMEOUT, **FAST) as client:
+            watch = client.watch({"resourceSubscriptions": ["demo://a"]}, timeout=TIMEOUT)
+            listen_id = watch.subscription_id
+            peer.restart()  # SIGTERM: the SDK answers each listen, then exits
+            back = watch.get(timeout=TIMEOUT)
+            assert isinstance(back, mcp.Reconnected), back
+            assert back.report == {"resubscribed": ["demo://a"], "failed": []}
+            assert watch.subscription_id != listen_id
+            client.call_tool("touch", {"uri": "demo://a"}, timeout=TIMEOUT)
+            assert watch.get(timeout=TIMEOUT).params == {"uri": "demo://a"}
+            # An explicit listen ends with the server's graceful answer, as the SDKs' clients do.
+            subscription = client.listen({"toolsListChanged": True}, timeout=TIMEOUT)
+            peer.restart()
+            closed = subscription.get(timeout=TIMEOUT)
+            assert isinstance(closed, mcp.SubscriptionClosed) and closed.reason[0] == "complete", closed
+    finally:
+        peer.stop()
+
+
+def test_a_catalog_follows_a_server_that_shut_down_gracefully_back_after_its_restart() -> None:
+    peer = ts_http_peer()
+    try:
+        with mcp.connect(peer.url, connect_timeout=TIMEOUT, **FAST) as client:
+            catalog = client.catalog(timeout=TIMEOUT)
+            assert "late" not in {tool["name"] for tool in catalog.tools}
+            peer.restart()
+            wait_until(lambda: client.status == "ready", TIMEOUT, "the client ready after the restart")
+            client.call_tool("add_tool", {"name": "late"}, timeout=TIMEOUT)
+            while "late" not in {tool["name"] for tool in catalog.tools}:
+                changed = catalog.get(timeout=TIMEOUT)  # queue.Empty: it stopped following
+                assert isinstance(changed, mcp.CatalogChanged)
+    finally:
+        peer.stop()
+
+
+def test_exmcp_watch_follows_a_server_that_shut_down_gracefully_back_after_its_restart() -> None:
+    peer = ts_http_peer()
+    try:
+        with Cli("--uri", "demo://a", peer.url) as cli:
+            assert cli.wait_method("connected", timeout=TIMEOUT)["params"]["era"] == "modern"
+            peer.restart()
+            assert cli.wait_method("reconnected", timeout=TIMEOUT)["params"]["resubscribed"] == ["demo://a"]
+            rc, _ = cli.interrupt()
+            assert rc in (0, 130), cli.stderr
     finally:
         peer.stop()
