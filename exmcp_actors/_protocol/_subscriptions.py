@@ -11,8 +11,8 @@ stream) it is ``relistening`` until a new listen is acknowledged, then
 snapshot and reports ``Reconnected``), then ``live`` again. The server's graceful
 answer ends an explicit subscription; a watch or a catalog's subscription
 (``follows_server``) takes it as a drop, since a server shutting down answers so.
-Events that arrive while it is not live are held and released in order afterwards. These states and
-their moves are the :class:`~._state.EntryState` table.
+Events that arrive while it is not live are held and released in order afterwards.
+These states and their moves are the :class:`~._state.EntryState` table.
 """
 
 from __future__ import annotations
