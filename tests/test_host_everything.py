@@ -114,6 +114,27 @@ def test_a_task_that_asks_for_input(connect: Callable[..., mcp.Client]) -> None:
         task.get(timeout=0.01)
 
 
+@pytest.mark.parametrize("listed_first", [True, False])
+def test_a_tool_whose_listing_forbids_tasks_runs_plainly_when_asked_as_a_task(
+    connect: Callable[..., mcp.Client], listed_first: bool
+) -> None:
+    # 2025-11-25: a tool whose execution.taskSupport is "forbidden" (or absent) MUST NOT be
+    # invoked as a task, whatever the server's tasks capability says; this server refuses it.
+    tap = TapTransport(mcp.StdioTransport(everything_argv()))
+    client = connect(tap)
+    assert "tools" in client.server_capabilities["tasks"]["requests"]
+    if listed_first:
+        [echo] = [tool for tool in client.list_tools() if tool["name"] == "echo"]
+        assert echo["execution"] == {"taskSupport": "forbidden"}
+    answer = client.call_tool("echo", {"message": "plain"}, task=True, timeout=TIMEOUT)
+    assert isinstance(answer, dict) and text_of(answer) == "Echo: plain"
+    [call] = tap.sent_messages("tools/call")
+    assert "task" not in call["params"]
+    required = client.call_tool("simulate-research-query", {"topic": "otters"}, task=True, timeout=TIMEOUT)
+    assert isinstance(required, mcp.Task)  # "required": still asked as a task
+    assert "Research Report" in text_of(required.result(timeout=TIMEOUT))
+
+
 def test_the_server_runs_sampling_and_elicitation_as_client_tasks(connect: Callable[..., mcp.Client]) -> None:
     client = connect(sampling=sampling, elicitation=lambda params: {"action": "decline"})
     sampled = text_of(client.call_tool("trigger-sampling-request-async", {"prompt": "otters"}, timeout=TIMEOUT))

@@ -1040,6 +1040,19 @@ def test_the_server_answering_a_live_listen_closes_the_subscription(answer: Any,
     assert driver.session.registry.entries == {}
 
 
+def test_the_servers_graceful_answer_to_a_watchs_listen_is_followed_by_a_relisten() -> None:
+    driver = modern()
+    watch, listen_id = driver.live(uris(A), kind="watch")
+    generation = driver.generation
+    effects = driver.frames(result(listen_id, {"resultType": "complete"}))
+    assert effects == [ArmTimer(BACKOFF.delay(1), Relisten(watch.id, generation))]
+    assert driver.received(watch) == []  # not closed: a server shutting down comes back
+    [listen] = sent(driver.feed(Relisten(watch.id, generation)))
+    assert listen["method"] == "subscriptions/listen" and listen["id"] != listen_id
+    driver.frames(acknowledgment(listen["id"], uris(A)))
+    assert driver.received(watch) == [m.Reconnected(m.RECONNECTED, watch, {"resubscribed": [A], "failed": []})]
+
+
 def test_one_dropped_subscription_stream_relistens_after_a_backoff_on_the_same_connection() -> None:
     driver = modern()
     handle, old_id = driver.live(uris(A))
@@ -1052,6 +1065,18 @@ def test_one_dropped_subscription_stream_relistens_after_a_backoff_on_the_same_c
     assert driver.generation == generation and driver.session.ready  # the connection itself is fine
     effects = driver.frames(acknowledgment(listen["id"], uris(A)))
     assert effects == [FetchSnapshot(handle.id, listen["id"], NotificationFilter(uris=(A,)))]
+
+
+def test_a_watch_that_came_back_gets_every_attempt_again_at_its_next_drop() -> None:
+    driver = Driver("modern", attempts=1).connect()
+    watch, listen_id = driver.live(uris(A), kind="watch")
+    for _ in range(3):  # three outages, each over at its first re-listen
+        [timer] = driver.frames(stream_dropped(listen_id))
+        assert isinstance(timer, ArmTimer) and timer.delay == BACKOFF.delay(1)
+        [listen] = sent(driver.feed(timer.event))
+        listen_id = listen["id"]
+        driver.frames(acknowledgment(listen_id, uris(A)))
+        assert driver.received(watch) == [m.Reconnected(m.RECONNECTED, watch, {"resubscribed": [A], "failed": []})]
 
 
 def test_a_subscription_whose_relistens_keep_dropping_is_closed_as_exhausted() -> None:

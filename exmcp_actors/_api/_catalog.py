@@ -17,9 +17,11 @@ import queue
 import threading
 from typing import Any, Final, Literal, NamedTuple
 
+from .._delivery._bound import DEFAULT_MAX_PENDING
 from .._delivery._inbox import LatestInbox, catalog_key
 from .._delivery._targets import deliver, resolve_subscriber
 from .._protocol._errors import Error, RequestError
+from .._protocol._filters import normalize_filter
 from .._protocol._jsonrpc import METHOD_NOT_FOUND
 from .._protocol._messages import (
     CLOSED,
@@ -140,7 +142,16 @@ class Catalog(Handle):
         feed = _Feed(self._events)
         if self.client.era == "modern":
             try:
-                listened: Handle = self.client.listen(flt, subscriber=feed, timeout=self._timeout)
+                # A subscription that follows the server back after a graceful shutdown too:
+                # its resync snapshot then replaces the lists, as after a drop.
+                listened: Handle = self.client._open_subscription(
+                    normalize_filter(flt),
+                    feed,
+                    self._timeout,
+                    DEFAULT_MAX_PENDING,
+                    kind="subscription",
+                    follows_server=True,
+                )
                 return listened
             except RequestError as exc:
                 if exc.code != METHOD_NOT_FOUND:

@@ -310,15 +310,24 @@ class Client(ServerCalls, CatalogCalls):
         return handle
 
     def _open_subscription(
-        self, flt: NotificationFilter, subscriber: Any, timeout: float, max_pending: int, *, kind: str
+        self,
+        flt: NotificationFilter,
+        subscriber: Any,
+        timeout: float,
+        max_pending: int,
+        *,
+        kind: str,
+        follows_server: bool = False,
     ) -> Handle:
+        """Open a modern subscription or watch and wait for its acknowledgment.
+        ``follows_server``: listen again after the server's graceful answer too (a catalog's)."""
         wait = check_timeout("timeout", timeout)
         limit = check_max_pending(max_pending)
         deadline = time.monotonic() + wait
         handle, resolved = self._new_handle(flt, subscriber, kind, "modern", limit)
         handle_id = handle.id
         acknowledged: Future[NotificationFilter] = Future()
-        self._run(OpenSubscription(handle, kind, flt, resolved, acknowledged), wait)
+        self._run(OpenSubscription(handle, kind, flt, resolved, acknowledged, follows_server), wait)
         try:
             acknowledged.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:

@@ -128,6 +128,8 @@ class OpenSubscription(NamedTuple):
     subscriber: Any
     #: A Future resolved with the acknowledged NotificationFilter.
     acknowledged: Any
+    #: A subscription that listens again after the server's graceful answer (a catalog's).
+    follows_server: bool = False
 
 
 class CancelSubscription(NamedTuple):

@@ -56,6 +56,9 @@ class Entry:
     #: Events held while it re-listens (None until it first does: one object less per entry).
     held: list[tuple[str, dict[str, Any]]] | None = None
     relisten_attempts: int = 0
+    #: Listens again after the server's graceful answer too, as after a drop: a live view (a
+    #: watch, a catalog's subscription) follows a server that shut down back after its restart.
+    follows_server: bool = False
 
     @property
     def state(self) -> EntryState:

@@ -361,7 +361,9 @@ class Session:
 
     def _open_subscription(self, message: ev.OpenSubscription) -> None:
         self._check_ready("modern")
-        self.subscriptions.open(message.handle, message.kind, message.flt, message.subscriber, message.acknowledged)
+        self.subscriptions.open(
+            message.handle, message.kind, message.flt, message.subscriber, message.acknowledged, message.follows_server
+        )
 
     def _remove_handle(self, message: ev.RemoveHandle) -> None:
         """Remove a handle for its host. The host, not the actor, then asks the worker to

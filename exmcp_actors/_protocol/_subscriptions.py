@@ -8,9 +8,11 @@ listen with -32601, as it may) is ``live`` too, with an empty acknowledged filte
 no stream: it has nothing to push, and a reconnect asks again. When its stream drops (the connection, or on HTTP its own
 stream) it is ``relistening`` until a new listen is acknowledged, then
 ``resyncing`` while the snapshot is refetched off the actor (a watch skips the
-snapshot and reports ``Reconnected``), then ``live`` again. Events that arrive
-while it is not live are held and released in order afterwards. These states and
-their moves are the :class:`~._state.EntryState` table.
+snapshot and reports ``Reconnected``), then ``live`` again. The server's graceful
+answer ends an explicit subscription; a watch or a catalog's subscription
+(``follows_server``) takes it as a drop, since a server shutting down answers so.
+Events that arrive while it is not live are held and released in order afterwards.
+These states and their moves are the :class:`~._state.EntryState` table.
 """
 
 from __future__ import annotations
@@ -82,11 +84,20 @@ class Subscriptions:
         self._relistened = relistened
         self._ended_by_server: dict[Any, None] = {}
 
-    def open(self, handle: Any, kind: str, flt: NotificationFilter, subscriber: Any, acknowledged: Any) -> None:
+    def open(
+        self,
+        handle: Any,
+        kind: str,
+        flt: NotificationFilter,
+        subscriber: Any,
+        acknowledged: Any,
+        follows_server: bool = False,
+    ) -> None:
         if not subscriber.alive():
             raise SubscriberNotAlive()
         entry = self._registry.add(handle, kind, "modern", flt, subscriber, EntryState.AWAITING_ACK)
         entry.ack_future = acknowledged
+        entry.follows_server = follows_server or kind == "watch"
         self.listen(entry)
 
     def listen(self, entry: Entry) -> None:
@@ -209,10 +220,12 @@ class Subscriptions:
             self._release_held(entry)
             return
         if entry.kind == "watch":
-            # A watch has no snapshot: the re-listen reports like a legacy reconnect.
+            # A watch has no snapshot: the re-listen reports like a legacy reconnect. The
+            # outage is over, so the next one gets every attempt again (as a resync ends one).
             report = {"resubscribed": list(ack.uris), "failed": []}
             registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, report))
             entry.to(EntryState.LIVE)
+            entry.relisten_attempts = 0
             self._release_held(entry)
             return
         if entry.state in FETCHING:
@@ -237,13 +250,19 @@ class Subscriptions:
     def answered(self, entry: Entry, msg: Answer) -> None:
         """The listen request itself was answered: the server ended the stream, or refused it;
         or the transport failed its exchange."""
-        registry, config = self._registry, self._config
+        registry = self._registry
         if isinstance(msg, Response):
             if entry.state is EntryState.AWAITING_ACK:
                 self._fx.reject(
                     entry.ack_future, ProtocolError("the server ended the subscription before acknowledging it")
                 )
                 registry.forget(entry.handle.id)
+                return
+            if entry.follows_server:
+                # The server ended it gracefully, as one shutting down does (the TypeScript SDK
+                # v2's close()): a live view follows it back, as after a drop. An explicit
+                # listen() ends here, as the SDKs' clients do.
+                self._relisten_later(entry, ("complete", msg.result))
                 return
             registry.close(entry, ("complete", msg.result))
             return
@@ -255,13 +274,7 @@ class Subscriptions:
         if isinstance(error, TransportError) and entry.state is not EntryState.AWAITING_ACK:
             # HTTP: this subscription's stream dropped, or its re-listen could not reach the
             # server. Not the server's answer: re-listen after a backoff (or on reconnect).
-            self.stream_dropped(entry)
-            entry.relisten_attempts += 1
-            if entry.relisten_attempts > config.max_reconnect_attempts:
-                registry.close(entry, ("reconnect_exhausted", error_term(error)))
-                return
-            delay = config.backoff.delay(entry.relisten_attempts)
-            self._fx.do(ArmTimer(delay, Relisten(entry.handle.id, self._generation())))
+            self._relisten_later(entry, error_term(error))
             return
         if entry.state is EntryState.AWAITING_ACK:
             self._fx.reject(entry.ack_future, error)
@@ -272,6 +285,17 @@ class Subscriptions:
                 entry, m.SubscriptionResync(m.SUBSCRIPTION_RESYNC, entry.handle, ("failed", error_term(error)))
             )
         registry.close(entry, ("error", error_term(error)))
+
+    def _relisten_later(self, entry: Entry, why: Any) -> None:
+        """Its stream ended (``why``, a term): listen again after a backoff, or on reconnect;
+        closed as exhausted once the attempts of one outage are spent."""
+        self.stream_dropped(entry)
+        entry.relisten_attempts += 1
+        if entry.relisten_attempts > self._config.max_reconnect_attempts:
+            self._registry.close(entry, ("reconnect_exhausted", why))
+            return
+        delay = self._config.backoff.delay(entry.relisten_attempts)
+        self._fx.do(ArmTimer(delay, Relisten(entry.handle.id, self._generation())))
 
     def _nothing_to_listen(self, entry: Entry) -> None:
         """The server has no ``subscriptions/listen`` (-32601): the watch is live all the same,
@@ -296,6 +320,7 @@ class Subscriptions:
             self._relistened(handle.id)
             self._registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, {"resubscribed": [], "failed": []}))
             entry.to(EntryState.LIVE)
+        entry.relisten_attempts = 0
         entry.held = []
 
     def cancelled_by_server(self, params: dict[str, Any]) -> bool:
@@ -387,6 +412,7 @@ class Subscriptions:
         """A legacy watch whose peer turned modern carries on as a subscription."""
         self._registry.index.remove(entry.handle.id)
         entry.era = "modern"
+        entry.follows_server = True
         entry.to(EntryState.RELISTENING)
         entry.acknowledged = None
         self.listen(entry)

@@ -45,15 +45,19 @@ def install(timeout: float = 600.0) -> Path:
     return PREFIX
 
 
-def ts_argv(transport: str = "stdio", port: int | None = None) -> list[str]:
-    """The command line of the peer (stdio: what a client spawns)."""
-    return script_argv(["node", str(SCRIPT), str(install())], transport, port)
+def ts_argv(transport: str = "stdio", port: int | None = None, legacy: str = "stateless") -> list[str]:
+    """The command line of the peer (stdio: what a client spawns). ``legacy`` is how HTTP
+    serves 2025 traffic: ``stateless`` (the SDK's default), ``stateful`` (sessions and a GET
+    stream, hand-wired as the SDK documents) or ``reject`` (modern only)."""
+    argv = script_argv(["node", str(SCRIPT), str(install())], transport, port)
+    return [*argv, "--legacy", legacy] if transport == "http" else argv
 
 
-def ts_http_peer() -> Peer:
-    """A running Streamable HTTP peer (its default setup: both eras, 2025 traffic stateless)."""
+def ts_http_peer(legacy: str = "stateless") -> Peer:
+    """A running Streamable HTTP peer (by default its default setup: both eras, 2025 traffic
+    stateless; see :func:`ts_argv` for ``legacy``)."""
     install()
-    return Peer("http", command=lambda port: ts_argv("http", port)).start()
+    return Peer("http", command=lambda port: ts_argv("http", port, legacy)).start()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,13 @@
 // Both serve 2026-07-28 and 2025-era traffic from one factory.
 //
 //   node tests/peers/ts_server.mjs PREFIX --transport stdio|http [--port N]
+//                                 [--legacy stateless|stateful|reject]
+//
+// --legacy picks how HTTP serves 2025-era traffic: `stateless` (createMcpHandler's
+// default: no session, GET answers 405), `stateful` (the SDK's documented hand-wired
+// composition: isLegacyRequest in front of a `legacy: 'reject'` handler, routing 2025
+// traffic to a NodeStreamableHTTPServerTransport with sessions and a GET stream), or
+// `reject` (modern only).
 //
 // PREFIX is the npm prefix tests/peers/ts_peer.py installed the packages in.
 // http prints exactly one line `LISTENING <port>` on stdout once it accepts
@@ -11,7 +18,10 @@
 //
 // Tools: echo {text}; touch {uri} (bumps a resource's version, then tells every
 // listener: resources/updated for it on legacy sessions and modern listens);
-// add_tool {name} (registers a tool, then tools/list_changed).
+// add_tool {name} (registers a tool, then tools/list_changed); route {region, shard?}
+// (both marked x-mcp-header: over HTTP on 2026-07-28 they ride in Mcp-Param-* headers,
+// which the SDK checks against the body, answering -32020 when they disagree).
+import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -21,7 +31,8 @@ const require = createRequire(join(prefix, 'package.json'));
 const { McpServer } = require('@modelcontextprotocol/server');
 const { serveStdio } = require('@modelcontextprotocol/server/stdio');
 const { createMcpHandler } = require('@modelcontextprotocol/server');
-const { toNodeHandler } = require('@modelcontextprotocol/node');
+const { isLegacyRequest, isInitializeRequest } = require('@modelcontextprotocol/server');
+const { toNodeHandler, toWebRequest, NodeStreamableHTTPServerTransport } = require('@modelcontextprotocol/node');
 const { z } = require('zod');
 
 function option(name, fallback) {
@@ -81,6 +92,14 @@ function build(ctx) {
       return text(`added ${name}`);
     },
   );
+  server.registerTool(
+    'route',
+    {
+      description: 'Names its region; region rides in Mcp-Param-Region over HTTP.',
+      inputSchema: { region: z.string().meta({ 'x-mcp-header': 'Region' }), shard: z.number().int().optional().meta({ 'x-mcp-header': 'Shard' }) },
+    },
+    ({ region, shard }) => text(`region ${region} shard ${shard}`),
+  );
   for (const name of extraTools) {
     server.registerTool(name, { description: 'Added at run time.' }, () => text(name));
   }
@@ -109,19 +128,63 @@ function build(ctx) {
 if (transport === 'stdio') {
   serveStdio(build, { onerror: (error) => console.error('ts peer:', error.message) });
 } else {
-  handler = createMcpHandler(build, { onerror: (error) => console.error('ts peer:', error.message) });
+  const legacy = option('--legacy', 'stateless');
+  const onerror = (error) => console.error('ts peer:', error.message);
+  handler = createMcpHandler(build, { onerror, legacy: legacy === 'stateless' ? 'stateless' : 'reject' });
   const serve = toNodeHandler(handler);
+  const sessions = new Map();
+  // 2025 traffic with sessions, as the SDK documents hand-wiring it beside the modern entry.
+  async function serveSession(req, res, body) {
+    const sid = req.headers['mcp-session-id'];
+    let transport = sid === undefined ? undefined : sessions.get(sid);
+    if (transport === undefined) {
+      if (sid !== undefined || req.method !== 'POST' || !isInitializeRequest(body)) {
+        res.writeHead(sid === undefined ? 400 : 404, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'no such session' } }));
+        return;
+      }
+      transport = new NodeStreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => sessions.set(id, transport),
+      });
+      transport.onclose = () => sessions.delete(transport.sessionId);
+      await build({ era: 'legacy' }).connect(transport);
+    }
+    await transport.handleRequest(req, res, body);
+  }
+  async function route(req, res) {
+    let body;
+    if (req.method === 'POST') {
+      const chunks = [];
+      for await (const chunk of req) chunks.push(chunk);
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        body = undefined;
+      }
+    }
+    if (legacy === 'stateful' && (await isLegacyRequest(await toWebRequest(req, body), body))) {
+      await serveSession(req, res, body);
+    } else {
+      await serve(req, res, body);
+    }
+  }
   const http = createServer((req, res) => {
     res.on('close', () => {
       for (const server of live) if (!server.isConnected()) live.delete(server);
     });
-    serve(req, res);
+    route(req, res).catch((error) => {
+      onerror(error);
+      if (!res.headersSent) res.writeHead(500);
+      res.end();
+    });
   });
   http.listen(Number(option('--port', '0')), '127.0.0.1', () => {
     process.stdout.write(`LISTENING ${http.address().port}\n`);
   });
   const stop = () => {
-    handler.close().finally(() => process.exit(0));
+    const closing = [...sessions.values()].map((transport) => transport.close().catch(() => {}));
+    Promise.all([handler.close(), ...closing]).finally(() => process.exit(0));
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
