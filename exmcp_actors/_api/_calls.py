@@ -29,7 +29,14 @@ from .._protocol._errors import (
 )
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
-from .._protocol._host_checks import LOG_LEVELS, check_roots, created_task, tasks_advertised, with_tasks_extension
+from .._protocol._host_checks import (
+    LOG_LEVELS,
+    MAX_INPUT_ROUNDS,
+    check_roots,
+    created_task,
+    tasks_advertised,
+    with_tasks_extension,
+)
 from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text
 from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
@@ -43,8 +50,6 @@ from ._task import Task
 if TYPE_CHECKING:
     from .._runtime._shared import SharedState
 
-#: Most ``input_required`` rounds (2026-07-28) one call goes through; the SDKs use 10 too.
-MAX_INPUT_ROUNDS = 10
 #: Most seconds a command waits to enter the session: its holders run only short steps that
 #: never block, so only a bug of the library makes a command wait that long.
 COMMAND_WAIT = 10.0
