@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 from http_fakes import serving
-from sdk_helpers import eventually
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import FakeConnection, FakeError, FakeServer
+from tests.waiting import wait_until
 
 TIMEOUT = 5.0
 FAST = mcp.Backoff(initial=0.01, factor=1, maximum=0.01, jitter=0)
@@ -84,7 +84,7 @@ def test_a_kept_discover_result_connects_with_no_round_trip_and_a_reconnect_prob
         assert [m["method"] for n, m in modern.received if n == 2] == ["tools/list"]
         modern.drop(connection=2)
         modern.wait_for("server/discover", connection=3, timeout=TIMEOUT)  # a reconnect asks afresh
-        eventually(lambda: client.status == "ready", TIMEOUT, "the reconnect")
+        wait_until(lambda: client.status == "ready", TIMEOUT, "the reconnect")
         assert client.discover_result is not None and client.discover_result.get("instructions") is None
 
 

@@ -21,7 +21,8 @@ from exmcp_actors._auth import BearerAuth
 from exmcp_actors._protocol._list_cache import MAX_TTL_MS, ListCache, cache_hints
 from exmcp_actors.testing import FakeError, FakeServer
 from tests.peers.launch import Peer, peer_argv
-from tests.sdk_helpers import TOOLS_CHANGED, ClientPool, TapTransport, eventually, expect_notification, notify
+from tests.sdk_helpers import TOOLS_CHANGED, ClientPool, TapTransport, expect_notification, notify
+from tests.waiting import wait_until
 
 TEN_MINUTES = "600000"
 
@@ -181,7 +182,7 @@ def test_a_reconnect_forgets_the_kept_pages(client_pool: ClientPool) -> None:
         client.list_tools()
         server.drop()
         server.wait_connections(2)
-        eventually(lambda: client.status == "ready", what="the client to be ready again")
+        wait_until(lambda: client.status == "ready", what="the client to be ready again")
         before = server.count("tools/list")
         client.list_tools()
         assert server.count("tools/list") == before + 1

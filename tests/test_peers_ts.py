@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sdk_helpers import TapTransport, eventually
+from sdk_helpers import TapTransport
 
 import exmcp_actors as mcp
 from tests.peers.launch import Peer
 from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
+from tests.waiting import wait_until
 
 TIMEOUT = 20.0
 HTTP_LOGGER = "exmcp_actors.http"
@@ -97,7 +98,7 @@ def test_a_legacy_watch_of_a_server_serving_2025_statelessly_is_warned_about_onc
     modern.watch({"resourceSubscriptions": ["demo://a"]}, timeout=TIMEOUT)
     client = connect("http", "legacy")
     first = client.watch({"resourceSubscriptions": ["demo://a"]}, timeout=TIMEOUT)
-    eventually(lambda: len(warnings()) == 1, TIMEOUT, "the warning about a server that cannot push")
+    wait_until(lambda: len(warnings()) == 1, TIMEOUT, "the warning about a server that cannot push")
     [warning] = warnings()
     assert "resource subscriptions" in warning and "no session" in warning and "hears nothing" in warning
     client.watch({"toolsListChanged": True}, timeout=TIMEOUT).unsubscribe()
