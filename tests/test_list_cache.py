@@ -218,6 +218,37 @@ def test_a_kept_page_whose_cursor_went_stale_restarts_the_walk_from_the_server(c
         assert server.count("tools/list") == 6
 
 
+def _at_depth(frames: int, call: Any) -> Any:
+    """``call()`` from ``frames`` Python frames further down the stack (a host's own stack)."""
+    return call() if frames == 0 else _at_depth(frames - 1, call)
+
+
+def test_a_page_nested_as_deep_as_the_reader_takes_is_listed_and_kept_from_a_deep_caller(
+    client_pool: ClientPool,
+) -> None:
+    # The reader decodes a frame near the top of its own stack; the host keeps and copies the
+    # page from wherever it called list_tools: a page it cannot copy there is simply not kept.
+    schema: dict[str, Any] = {"type": "object"}
+    node = schema
+    for _ in range(470):  # 940 levels of JSON: within what the reader decodes
+        node["properties"] = {"a": {"type": "object"}}
+        node = node["properties"]["a"]
+    with FakeServer(era="modern") as server:
+        tools = [{"name": "deep", "inputSchema": schema}]
+        server.on("tools/list", lambda params, ctx: {"tools": tools, "ttlMs": 600_000, "cacheScope": "public"})
+        client = client_pool.connect(server.transport())
+
+        def names(tools: list[dict[str, Any]]) -> list[str]:
+            return [tool["name"] for tool in tools]
+
+        assert names(client.list_tools()) == ["deep"]  # kept
+        assert names(_at_depth(150, client.list_tools)) == ["deep"]  # the kept copy is too deep to decode here
+        assert names(_at_depth(150, client.list_tools)) == ["deep"]  # too deep to keep from here
+        before = server.count("tools/list")
+        assert names(client.list_tools()) == names(client.list_tools()) == ["deep"]
+        assert server.count("tools/list") == before + 1  # kept again where it can be
+
+
 def test_the_http_authorization_context_is_the_token_last_sent() -> None:
     class Tokens:
         token = "token-1"

@@ -33,6 +33,25 @@ class Page(NamedTuple):
     kept: bool
 
 
+def _kept_form(result: Any) -> bytes | None:
+    """A page as it is kept, compact JSON; None when it nests deeper than this thread's stack
+    lets the encoder go (the reader decoded it near the top of its own stack; the host's
+    thread may be deep in its own calls)."""
+    try:
+        return json.dumps(result, separators=(",", ":")).encode()
+    except RecursionError:
+        return None
+
+
+def _copy_of(data: bytes) -> Any:
+    """A fresh copy of a kept page; None when this thread is too deep to decode it (then the
+    page is fetched again)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return None
+
+
 class ListCalls:
     """See the module docstring."""
 
@@ -47,14 +66,17 @@ class ListCalls:
         server sent it: a kept fresh copy when ``cache`` allows, else fetched (and kept per
         its hints). ``cache=False`` fetches and replaces what is kept."""
         lookup = self._run(CachedPage(method, cursor, cache))
-        if lookup.hit is not None:
-            return Page(json.loads(lookup.hit), True)
+        kept = _copy_of(lookup.hit) if lookup.hit is not None else None
+        if kept is not None:
+            return Page(kept, True)
         result = self.request(method, {"cursor": cursor} if cursor is not None else None, timeout=timeout)
         if lookup.ticket is not None:
             ttl_ms, scope = cache_hints(result)
-            # Nothing to keep, and (after a miss) nothing kept that this page supersedes.
-            if ttl_ms > 0 or not cache:
-                data = json.dumps(result, separators=(",", ":")).encode() if ttl_ms > 0 else b""
+            data = _kept_form(result) if ttl_ms > 0 else b""
+            if data is None:
+                ttl_ms, data = 0, b""  # a page this thread cannot copy is not kept
+            # Nothing to keep, and (after a plain miss) nothing kept that this page supersedes.
+            if ttl_ms > 0 or not cache or lookup.hit is not None:
                 self._run(StorePage(lookup.ticket, data, ttl_ms, scope))
         return Page(result, False)
 
