@@ -5,6 +5,7 @@ A list page is reused while fresh (``list_*(cache=False)`` opts out), the matchi
 authorization context that fetched it, and memory stays bounded. Against the official
 Python SDK 2.3.0 server (``--cache-ttl-ms``), whose client keeps a cursor-less page the same
 way; the authorization contexts with a FakeServer and a transport whose credentials change.
+The walk over the pages, fed what a hostile server may send, with a FakeServer.
 """
 
 from __future__ import annotations
@@ -247,6 +248,18 @@ def test_a_page_nested_as_deep_as_the_reader_takes_is_listed_and_kept_from_a_dee
         before = server.count("tools/list")
         assert names(client.list_tools()) == names(client.list_tools()) == ["deep"]
         assert server.count("tools/list") == before + 1  # kept again where it can be
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+@pytest.mark.parametrize("cursor", [{"page": 2}, ["page", 2]], ids=["object", "array"])
+def test_a_next_cursor_that_is_no_string_fails_the_walk_as_the_servers_fault(
+    era: str, cursor: Any, client_pool: ClientPool
+) -> None:
+    with FakeServer(era=era) as server:
+        server.on("tools/list", lambda params, ctx: {"tools": [], "nextCursor": cursor, "ttlMs": 600_000})
+        client = client_pool.connect(server.transport())
+        with pytest.raises(mcp.ProtocolError, match="nextCursor"):
+            client.list_tools()
 
 
 def test_the_http_authorization_context_is_the_token_last_sent() -> None:

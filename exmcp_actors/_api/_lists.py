@@ -117,6 +117,8 @@ class ListCalls:
                     visible: list[Any] = self._run(LearnTools(items, True))
                     return visible
                 return items
+            if isinstance(cursor, dict | list):  # a cursor is an opaque token, never a structure
+                raise ProtocolError(f"{method} returned a nextCursor that is no cursor: {peer_text(cursor)}")
             if cursor in seen:
                 raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
             seen.add(cursor)
