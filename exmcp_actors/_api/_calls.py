@@ -287,8 +287,8 @@ class ServerCalls(ListCalls):
         except RequestError as mismatch:
             if mismatch.code != HEADER_MISMATCH or self.era != "modern":
                 raise
-            try:
-                self.list_tools(cache=False, timeout=max(deadline - time.monotonic(), 0.001))
+            try:  # the re-listing is part of this call: within its one timeout
+                self._paginate("tools/list", None, False, deadline=deadline)
             except Error as relist_failed:
                 raise mismatch from relist_failed
             return self.request("tools/call", params, timeout=max(deadline - time.monotonic(), 0.001))

@@ -7,9 +7,10 @@ the session's kept pages while the server's cache hints say it is fresh (``_list
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Final, NamedTuple
 
-from .._protocol._errors import ProtocolError, RequestError
+from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
 from .._protocol._events import CachedPage, LearnTools, StorePage
 from .._protocol._jsonrpc import INVALID_PARAMS
 from .._protocol._list_cache import cache_hints
@@ -31,6 +32,14 @@ class Page(NamedTuple):
 
     result: Any
     kept: bool
+
+
+def _time_left(method: str, timeout: float | None, deadline: float) -> float:
+    """The timeout of a walk's next page: what is left until ``deadline``, at most ``timeout``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise RequestTimeout(f"{method} was not walked to its last page in time")
+    return left if timeout is None else min(timeout, left)
 
 
 def _kept_form(result: Any) -> bytes | None:
@@ -88,24 +97,29 @@ class ListCalls:
             result["tools"] = self._run(LearnTools(result["tools"], False))
         return result
 
-    def _paginate(self, method: str, timeout: float | None, cache: bool) -> list[Any]:
+    def _paginate(self, method: str, timeout: float | None, cache: bool, *, deadline: float | None = None) -> list[Any]:
+        """Every page of ``method``, each within ``timeout``; all of them by ``deadline``
+        (``time.monotonic()``) when given: a walk that is part of another call."""
         kept: list[bool] = []
         try:
-            return self._walk(method, timeout, cache, kept)
+            return self._walk(method, timeout, cache, kept, deadline)
         except RequestError as error:
             if error.code != INVALID_PARAMS or not any(kept):
                 raise
             # A kept page led to a cursor the server no longer takes: start afresh, once.
-            return self._walk(method, timeout, False, [])
+            return self._walk(method, timeout, False, [], deadline)
 
-    def _walk(self, method: str, timeout: float | None, cache: bool, kept: list[bool]) -> list[Any]:
+    def _walk(
+        self, method: str, timeout: float | None, cache: bool, kept: list[bool], deadline: float | None
+    ) -> list[Any]:
         """Every page of ``method``; ``kept`` learns, page by page, which were kept copies."""
         key = ITEMS[method]
         items: list[Any] = []
         cursor: Any = None
         seen: set[Any] = set()
         for _ in range(MAX_PAGES):
-            result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=timeout)
+            wait = timeout if deadline is None else _time_left(method, timeout, deadline)
+            result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=wait)
             kept.append(was_kept)
             page = result.get(key) if isinstance(result, dict) else None
             if not isinstance(page, list):
