@@ -342,6 +342,18 @@ def test_the_cache_is_bounded_in_pages_and_bytes() -> None:
     assert cache.size <= 100 and len(cache) == 1
 
 
+def test_the_cursors_pages_are_kept_under_count_against_the_byte_bound() -> None:
+    # A server may hand out huge cursors on pages it does not let be kept, and tiny pages that
+    # are kept under them: the cursors are held as long as those pages are.
+    cache = ListCache(max_bytes=1_000)
+    for n in range(10):
+        ticket = cache.ticket("tools/list", f"{n}:" + "c" * 500, context="", generation=1)
+        cache.store(ticket, b"{}", 60_000, "public", context="", generation=1)
+    assert len(cache) == 1 and cache.size == 2  # two cursors of 502 bytes are past the bound
+    huge = cache.ticket("tools/list", "c" * 1_000, context="", generation=1)
+    assert not cache.store(huge, b"{}", 60_000, "public", context="", generation=1)
+
+
 def test_a_fetch_under_one_scope_replaces_the_page_kept_under_the_other() -> None:
     cache = ListCache()
     ticket = cache.ticket("tools/list", None, context="a", generation=1)
