@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,6 +157,24 @@ def test_a_rejected_tool_is_logged_once_with_its_name_escaped(caplog: pytest.Log
     assert "\x1b" not in records[0] and "\\x1b" in records[0] and "'fine'" not in records[0]
     assert book.param_headers("fine", {"region": "x"}) == {"Mcp-Param-Region": "x"}
     assert book.param_headers("evil\x1b]0;pwned\x07", {"ratio": 1}) == {}
+
+
+def test_the_rejections_a_tool_book_remembers_hold_what_their_log_lines_show_not_what_the_server_sent() -> None:
+    # Each rejection is remembered (to log it once), up to a bound in number: a megabyte of a
+    # name and of an annotation per rejected tool must not be what each one keeps.
+    book = ToolBook("c9")
+    book.mirrored = True
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for n in range(10):
+            bad = {"type": "object", "properties": {"p": {"type": "string", "x-mcp-header": "not a token" * 100_000}}}
+            assert book.learn([{"name": f"{n}" * 1_000_000, "inputSchema": bad}], modern=True, complete=True) == []
+            del bad
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000, held  # 10 rejections of 2 MB each
 
 
 # -- against the SDK's HTTP server ----------------------------------------------------------
