@@ -5,6 +5,7 @@ A list page is reused while fresh (``list_*(cache=False)`` opts out), the matchi
 authorization context that fetched it, and memory stays bounded. Against the official
 Python SDK 2.3.0 server (``--cache-ttl-ms``), whose client keeps a cursor-less page the same
 way; the authorization contexts with a FakeServer and a transport whose credentials change.
+The walk over the pages, fed what a hostile server may send, with a FakeServer.
 """
 
 from __future__ import annotations
@@ -218,6 +219,49 @@ def test_a_kept_page_whose_cursor_went_stale_restarts_the_walk_from_the_server(c
         assert server.count("tools/list") == 6
 
 
+def _at_depth(frames: int, call: Any) -> Any:
+    """``call()`` from ``frames`` Python frames further down the stack (a host's own stack)."""
+    return call() if frames == 0 else _at_depth(frames - 1, call)
+
+
+def test_a_page_nested_as_deep_as_the_reader_takes_is_listed_and_kept_from_a_deep_caller(
+    client_pool: ClientPool,
+) -> None:
+    # The reader decodes a frame near the top of its own stack; the host keeps and copies the
+    # page from wherever it called list_tools: a page it cannot copy there is simply not kept.
+    schema: dict[str, Any] = {"type": "object"}
+    node = schema
+    for _ in range(470):  # 940 levels of JSON: within what the reader decodes
+        node["properties"] = {"a": {"type": "object"}}
+        node = node["properties"]["a"]
+    with FakeServer(era="modern") as server:
+        tools = [{"name": "deep", "inputSchema": schema}]
+        server.on("tools/list", lambda params, ctx: {"tools": tools, "ttlMs": 600_000, "cacheScope": "public"})
+        client = client_pool.connect(server.transport())
+
+        def names(tools: list[dict[str, Any]]) -> list[str]:
+            return [tool["name"] for tool in tools]
+
+        assert names(client.list_tools()) == ["deep"]  # kept
+        assert names(_at_depth(150, client.list_tools)) == ["deep"]  # the kept copy is too deep to decode here
+        assert names(_at_depth(150, client.list_tools)) == ["deep"]  # too deep to keep from here
+        before = server.count("tools/list")
+        assert names(client.list_tools()) == names(client.list_tools()) == ["deep"]
+        assert server.count("tools/list") <= before + 1  # kept again (where it could not be before)
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+@pytest.mark.parametrize("cursor", [{"page": 2}, ["page", 2]], ids=["object", "array"])
+def test_a_next_cursor_that_is_no_string_fails_the_walk_as_the_servers_fault(
+    era: str, cursor: Any, client_pool: ClientPool
+) -> None:
+    with FakeServer(era=era) as server:
+        server.on("tools/list", lambda params, ctx: {"tools": [], "nextCursor": cursor, "ttlMs": 600_000})
+        client = client_pool.connect(server.transport())
+        with pytest.raises(mcp.ProtocolError, match="nextCursor"):
+            client.list_tools()
+
+
 def test_the_http_authorization_context_is_the_token_last_sent() -> None:
     class Tokens:
         token = "token-1"
@@ -296,6 +340,18 @@ def test_the_cache_is_bounded_in_pages_and_bytes() -> None:
     most = cache.ticket("tools/list", "most", context="", generation=1)
     assert cache.store(most, b"z" * 95, 60_000, "public", context="", generation=1)
     assert cache.size <= 100 and len(cache) == 1
+
+
+def test_the_cursors_pages_are_kept_under_count_against_the_byte_bound() -> None:
+    # A server may hand out huge cursors on pages it does not let be kept, and tiny pages that
+    # are kept under them: the cursors are held as long as those pages are.
+    cache = ListCache(max_bytes=1_000)
+    for n in range(10):
+        ticket = cache.ticket("tools/list", f"{n}:" + "c" * 500, context="", generation=1)
+        cache.store(ticket, b"{}", 60_000, "public", context="", generation=1)
+    assert len(cache) == 1 and cache.size == 2  # two cursors of 502 bytes are past the bound
+    huge = cache.ticket("tools/list", "c" * 1_000, context="", generation=1)
+    assert not cache.store(huge, b"{}", 60_000, "public", context="", generation=1)
 
 
 def test_a_fetch_under_one_scope_replaces_the_page_kept_under_the_other() -> None:

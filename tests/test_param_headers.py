@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,6 +159,24 @@ def test_a_rejected_tool_is_logged_once_with_its_name_escaped(caplog: pytest.Log
     assert book.param_headers("evil\x1b]0;pwned\x07", {"ratio": 1}) == {}
 
 
+def test_the_rejections_a_tool_book_remembers_hold_what_their_log_lines_show_not_what_the_server_sent() -> None:
+    # Each rejection is remembered (to log it once), up to a bound in number: a megabyte of a
+    # name and of an annotation per rejected tool must not be what each one keeps.
+    book = ToolBook("c9")
+    book.mirrored = True
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for n in range(10):
+            bad = {"type": "object", "properties": {"p": {"type": "string", "x-mcp-header": "not a token" * 100_000}}}
+            assert book.learn([{"name": f"{n}" * 1_000_000, "inputSchema": bad}], modern=True, complete=True) == []
+            del bad
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000, held  # 10 rejections of 2 MB each
+
+
 # -- against the SDK's HTTP server ----------------------------------------------------------
 
 
@@ -247,5 +268,36 @@ def test_a_second_header_mismatch_reaches_the_caller() -> None:
             assert raised.value.code == -32020
             assert server.count("tools/call") == 2
             assert server.count("tools/list") >= 1
+        finally:
+            client.disconnect()
+
+
+def test_the_relisting_after_a_header_mismatch_stays_within_the_calls_timeout() -> None:
+    # A server slow to page through its tools: each page in its own time, but 20 of them
+    # take 4 s. The call was given 1 s, and the re-listing is part of the call.
+    with FakeServer(era="modern") as server:
+
+        def refuse(params: dict[str, Any], ctx: Any) -> Any:
+            raise FakeError(-32020, "Mcp-Param-Region header is missing")
+
+        never = threading.Event()
+
+        def slow_pages(params: dict[str, Any] | None, ctx: Any) -> Any:
+            page = int((params or {}).get("cursor") or 0)
+            if page:
+                never.wait(0.2)  # the server's own pace, not a wait of the test
+            return {"tools": [], "nextCursor": str(page + 1)} if page < 20 else {"tools": []}
+
+        server.on("tools/call", refuse)
+        server.on("tools/list", slow_pages)
+        client = mcp.connect(server.transport())
+        try:
+            started = time.monotonic()
+            with pytest.raises(mcp.RequestError) as raised:
+                client.call_tool("echo", {"text": "x"}, timeout=1.0)
+            elapsed = time.monotonic() - started
+            assert raised.value.code == -32020
+            assert elapsed < 2.5, elapsed
+            assert server.count("tools/call") == 1  # no time was left for the retry
         finally:
             client.disconnect()

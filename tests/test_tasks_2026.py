@@ -381,3 +381,107 @@ def test_a_pushed_input_required_status_is_answered_without_waiting_for_the_next
     tasks.complete(task.task_id, DONE)
     modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
     assert result() == DONE
+
+
+# -- what a hostile server may put in a task's answers ---------------------------------------
+
+
+def answer_polls_with(server: FakeServer, tasks: FakeTasks, hold_after: int | None = None, **fields: Any) -> list[Any]:
+    """Answer ``tasks/get`` as ``tasks`` would, with ``fields`` laid over; the polls after the
+    first ``hold_after`` are held unanswered until the test ends. Returns the polls' params."""
+    polls: list[Any] = []
+    release = threading.Event()
+
+    def get(params: dict[str, Any], ctx: Any) -> Any:
+        polls.append(params)
+        if hold_after is not None and len(polls) > hold_after:
+            release.wait(TIMEOUT * 2)
+        return {"resultType": "complete", **tasks.detailed(params["taskId"]), **fields}
+
+    server.on("tasks/get", get, concurrent=True)
+    server.on("notifications/cancelled", lambda params, ctx: release.set())
+    return polls
+
+
+@pytest.mark.parametrize("interval", [float("inf"), 1e300, 1e13, 10**400], ids=["inf", "1e300", "1e13", "10**400"])
+def test_a_2026_task_whose_server_suggests_an_endless_poll_interval_still_ends_on_its_push(
+    modern: FakeServer, connect: Callable[..., mcp.Client], interval: float
+) -> None:
+    tasks = FakeTasks(modern)
+    answer_polls_with(modern, tasks, pollIntervalMs=interval)
+    client = connect(modern)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    sub = client.listen({"taskIds": [task.task_id]}, timeout=TIMEOUT)
+    result = in_thread(task.result)  # no timeout: as long as it takes, but no longer
+    wait_until(lambda: task.info.get("pollIntervalMs") == interval, what="the poll's answer taken")
+    tasks.complete(task.task_id, DONE)
+    modern.event(sub.subscription_id, "notifications/tasks", tasks.detailed(task.task_id))
+    assert result() == DONE
+
+
+@pytest.mark.parametrize("interval", [float("nan"), -1, "soon", True, None])
+def test_a_2026_task_whose_server_suggests_no_usable_poll_interval_polls_at_the_default_and_times_out_on_time(
+    modern: FakeServer, connect: Callable[..., mcp.Client], interval: Any
+) -> None:
+    tasks = FakeTasks(modern)
+    polls = answer_polls_with(modern, tasks, pollIntervalMs=interval)
+    task = connect(modern).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    outcome = in_thread(lambda: task.result(timeout=0.3))
+    with pytest.raises(mcp.RequestTimeout):
+        outcome()
+    # NaN is no number, a negative one is the shortest wait: never a busy loop.
+    assert len(polls) <= (31 if interval == -1 else 2), len(polls)
+
+
+def test_a_2026_task_still_running_at_its_timeout_says_so_without_a_last_hopeless_poll(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern)
+    polls = answer_polls_with(modern, tasks, hold_after=1, pollIntervalMs=60_000)
+    client = connect(modern)
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    with pytest.raises(mcp.RequestTimeout, match=f"task {task.task_id} is still working"):
+        task.result(timeout=0.3)
+    client.list_tools(cache=False, timeout=TIMEOUT)  # a marker: what the call sent came before it
+    assert len(polls) == 1 and modern.count("notifications/cancelled") == 0
+
+
+def test_a_2026_task_asking_for_input_without_end_is_refused_after_the_rounds_a_call_gets(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    tasks = FakeTasks(modern, poll_interval_ms=0)
+    keys = itertools.count()
+    asked: list[Any] = []
+
+    def ask_again(params: dict[str, Any], ctx: Any) -> Any:
+        fresh = {f"k{next(keys)}": NAME_REQUEST}  # a new key each time: never answered already
+        return {
+            "resultType": "complete",
+            **tasks.detailed(params["taskId"]),
+            "status": "input_required",
+            "inputRequests": fresh,
+        }
+
+    modern.on("tasks/get", ask_again)
+    client = connect(modern, elicitation=lambda params: asked.append(params) or {"action": "decline"})
+    task = client.call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    with pytest.raises(mcp.ProtocolError, match="asked for input more than 10 times"):
+        task.result(timeout=TIMEOUT)
+    assert len(asked) == 10 and modern.count("tasks/update") == 10
+
+
+def test_a_task_id_of_a_megabyte_reaches_reprs_and_error_texts_escaped_and_bounded(
+    modern: FakeServer, connect: Callable[..., mcp.Client]
+) -> None:
+    FakeTasks(modern)
+    huge = "\x1b[2J\u202e" + "x" * 1_000_000
+    working = {"taskId": huge, "status": "working", "createdAt": "2026-01-01T00:00:00Z", "ttlMs": 60_000}
+    modern.on("tools/call", lambda params, ctx: {"resultType": "task", **working})
+    # Completed, yet no result inlined: a ProtocolError quoting the task.
+    modern.on("tasks/get", lambda params, ctx: {"resultType": "complete", **working, "status": "completed"})
+    task = connect(modern).call_tool("echo", {}, task=True, timeout=TIMEOUT)
+    assert isinstance(task, mcp.Task) and task.task_id == huge
+    with pytest.raises(mcp.ProtocolError) as raised:
+        task.result(timeout=TIMEOUT)
+    for text in (str(raised.value), repr(task)):
+        assert len(text) < 2_000 and "\x1b" not in text and "\u202e" not in text, text[:300]

@@ -31,6 +31,7 @@ from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoot
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
 from .._protocol._host_checks import (
     LOG_LEVELS,
+    MAX_INPUT_ROUNDS,
     check_roots,
     created_task,
     misplaced_task,
@@ -50,8 +51,6 @@ from ._task import Task
 if TYPE_CHECKING:
     from .._runtime._shared import SharedState
 
-#: Most ``input_required`` rounds (2026-07-28) one call goes through; the SDKs use 10 too.
-MAX_INPUT_ROUNDS = 10
 #: Most seconds a command waits to enter the session: its holders run only short steps that
 #: never block, so only a bug of the library makes a command wait that long.
 COMMAND_WAIT = 10.0
@@ -316,8 +315,8 @@ class ServerCalls(ListCalls):
         except RequestError as mismatch:
             if mismatch.code != HEADER_MISMATCH or self.era != "modern":
                 raise
-            try:
-                self.list_tools(cache=False, timeout=max(deadline - time.monotonic(), 0.001))
+            try:  # the re-listing is part of this call: within its one timeout
+                self._paginate("tools/list", None, False, deadline=deadline)
             except Error as relist_failed:
                 raise mismatch from relist_failed
             return self.request("tools/call", params, timeout=max(deadline - time.monotonic(), 0.001))

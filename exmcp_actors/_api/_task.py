@@ -18,6 +18,7 @@ era's method) until a terminal status arrives.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 from .._protocol._errors import Error, ProtocolError, RequestError, RequestTimeout
 from .._protocol._filters import TASK_NOTIFICATION, TASK_STATUS
-from .._protocol._host_checks import TERMINAL_TASK_STATES
+from .._protocol._host_checks import MAX_INPUT_ROUNDS, TERMINAL_TASK_STATES
 from .._protocol._jsonrpc import INTERNAL_ERROR
 from .._protocol._messages import NOTIFICATION, Notification
 from .._protocol._peer_text import peer_text
@@ -37,6 +38,10 @@ _END = object()
 DEFAULT_POLL_INTERVAL = 0.5
 #: The shortest poll interval taken from a server (one asking 0 would make a busy loop).
 MIN_POLL_INTERVAL = 0.01
+#: The longest: a task still polls now and then, whatever interval (up to infinity) a server asks.
+MAX_POLL_INTERVAL = 60.0
+#: How many characters of the server's task id the texts of a task quote.
+_SHOWN_ID = 100
 #: Fields of an answer that describe the answer, not the task.
 _ANSWER_ONLY = ("resultType",)
 #: Fields only a ``tasks/get`` answer (or a pushed status) may carry.
@@ -87,6 +92,10 @@ class Task:
         self._arrived = threading.Condition()
         #: ``inputRequests`` keys given to the host already (answered, or being answered).
         self._answered: set[str] = set()
+        #: Rounds of ``inputRequests`` given to the host: bounded, as a call's rounds are.
+        self._input_rounds = 0
+        #: The task id as the texts of this task show it (the server chose it: escaped, bounded).
+        self._shown = peer_text(task_id, _SHOWN_ID)
         #: ``forget(task_id)``: the client stops routing statuses to this task once it ended.
         self._forget = forget
         #: 2025-11-25: ``tasks/get`` failed once (a server without it, a closed client): from
@@ -94,7 +103,7 @@ class Task:
         self._polls_failed = False
 
     def __repr__(self) -> str:
-        return f"<Task {self.task_id} {self.status}>"
+        return f"<Task {self._shown} {peer_text(self.status, 40)}>"
 
     @property
     def status(self) -> str:
@@ -159,14 +168,18 @@ class Task:
             return
         with self._lock:
             fresh = {key: value for key, value in requests.items() if key not in self._answered}
+            if not fresh:
+                return
+            if self._input_rounds >= MAX_INPUT_ROUNDS:  # each round may ask a person something
+                raise ProtocolError(f"task {self._shown} asked for input more than {MAX_INPUT_ROUNDS} times")
+            self._input_rounds += 1
             self._answered.update(fresh)
-        if not fresh:
-            return
         try:
             responses = self._answer(fresh)
         except BaseException:
             with self._lock:
                 self._answered.difference_update(fresh)  # a later poll may try them again
+                self._input_rounds -= 1
             raise
         self._ask("tasks/update", timeout, {"inputResponses": responses})
 
@@ -191,7 +204,7 @@ class Task:
         if self.status not in TERMINAL_TASK_STATES:
             self.refresh(timeout=_left(deadline))
         if self.status == "failed":
-            message = self.info.get("statusMessage") or f"task {self.task_id} failed"
+            message = self.info.get("statusMessage") or f"task {self._shown} failed"
             raise RequestError(INTERNAL_ERROR, str(message), data=answer)
         return answer
 
@@ -208,12 +221,12 @@ class Task:
                 again = self._ask("tasks/get", _left(deadline))
                 outcome = again.get("result") if isinstance(again, dict) else None
             if not isinstance(outcome, dict):
-                raise ProtocolError(f"task {self.task_id} completed without a result object: {info!r}")
+                raise ProtocolError(f"task {self._shown} completed without a result object: {peer_text(info)}")
             return outcome
         error = info.get("error")
         if info["status"] == "failed" and isinstance(error, dict) and isinstance(error.get("code"), int):
             raise RequestError(error["code"], str(error.get("message", "")), data=error.get("data"))
-        message = info.get("statusMessage") or f"task {self.task_id} was {info['status']}"
+        message = info.get("statusMessage") or f"task {self._shown} was {peer_text(info['status'], 40)}"
         raise RequestError(INTERNAL_ERROR, str(message), data=info)
 
     def _input_pushed(self) -> bool:
@@ -227,17 +240,18 @@ class Task:
 
     def _wait_for_news(self, deadline: float | None, done: Callable[[], bool]) -> None:
         """Wait one poll interval, or less if ``done()`` turns true (a pushed status);
-        RequestTimeout once the deadline has passed."""
+        RequestTimeout once the deadline has passed (no poll is sent that has no time left)."""
         left = _left(deadline)
         if left is not None and left <= 0.001:
-            raise RequestTimeout(f"task {self.task_id} is still {self.status}")
+            raise RequestTimeout(f"task {self._shown} is still {peer_text(self.status, 40)}")
         info = self.info
-        interval = info.get("pollIntervalMs", info.get("pollInterval"))  # 2026-07-28, 2025-11-25
-        wait = DEFAULT_POLL_INTERVAL
-        if isinstance(interval, (int, float)) and not isinstance(interval, bool):
-            wait = max(interval / 1000.0, MIN_POLL_INTERVAL)
+        wait = poll_wait(info.get("pollIntervalMs", info.get("pollInterval")))  # 2026-07-28, 2025-11-25
         with self._arrived:
-            self._arrived.wait_for(lambda: done() or self._ended.is_set(), wait if left is None else min(wait, left))
+            news = self._arrived.wait_for(
+                lambda: done() or self._ended.is_set(), wait if left is None else min(wait, left)
+            )
+        if not news and deadline is not None and time.monotonic() >= deadline:
+            raise RequestTimeout(f"task {self._shown} is still {peer_text(self.status, 40)}")
 
     def cancel(self, *, timeout: float | None = None) -> None:
         """``tasks/cancel``."""
@@ -288,6 +302,17 @@ class Task:
                 yield self.get()
             except queue.Empty:
                 return
+
+
+def poll_wait(interval_ms: Any) -> float:
+    """Seconds until the next poll: a server's ``pollIntervalMs`` between the shortest and the
+    longest interval taken; the default for anything that is no number (NaN included)."""
+    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float):
+        return DEFAULT_POLL_INTERVAL
+    if isinstance(interval_ms, float) and math.isnan(interval_ms):
+        return DEFAULT_POLL_INTERVAL
+    # Compared before dividing: an integer of hundreds of digits is no float.
+    return min(max(interval_ms, MIN_POLL_INTERVAL * 1000), MAX_POLL_INTERVAL * 1000) / 1000.0
 
 
 def _task_fields(answer: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,9 @@ ROOTS_CHANGED = "notifications/roots/list_changed"
 SESSION_NOTIFICATIONS: frozenset[str] = frozenset((PROGRESS, CANCELLED, LOG_MESSAGE, *TASK_NOTIFICATIONS))
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+#: Most ``input_required`` rounds (2026-07-28) one call, or one task, goes through; the SDKs use
+#: 10 too. Each round may put a question to a person: a server asking without end is refused.
+MAX_INPUT_ROUNDS = 10
 TASK_STATES: frozenset[str] = frozenset(("working", "input_required", "completed", "failed", "cancelled"))
 TERMINAL_TASK_STATES: frozenset[str] = frozenset(("completed", "failed", "cancelled"))
 

@@ -11,9 +11,10 @@ that started before such a notification, or on an earlier connection, or under a
 authorization context, stores nothing: what it brought back may predate the change.
 
 Memory is bounded: at most :data:`MAX_ENTRIES` pages and :data:`MAX_BYTES` bytes of them
-(their JSON), the least recently used going first; a page larger than the whole budget
-is not kept. Pages are kept as JSON text, so each hit is a fresh copy the host may change.
-Legacy results are never kept: those revisions define no hints.
+(their JSON and the cursors they are kept under), the least recently used going first; a
+page larger than the whole budget is not kept. Pages are kept as JSON text, so each hit is
+a fresh copy the host may change. Legacy results are never kept: those revisions define no
+hints.
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ class PageLookup(NamedTuple):
 class _Page(NamedTuple):
     data: bytes
     expires: float
+    #: What keeping it costs against the byte bound: its JSON, and the cursor it is kept under.
+    cost: int
+
+
+def _cost(data: bytes, cursor: Any) -> int:
+    # A cursor is the server's to size (a page not kept may hand out a megabyte of one for a
+    # tiny page that is): it is held as long as the page, so it counts.
+    return len(data) + (len(cursor.encode("utf-8", "surrogatepass")) if isinstance(cursor, str) else 0)
 
 
 class ListCache:
@@ -99,6 +108,8 @@ class ListCache:
         #: (method, cursor, scope, context or "") -> page; least recently used first.
         self._pages: OrderedDict[tuple[str, Any, str, str], _Page] = OrderedDict()
         self._bytes = 0
+        #: The pages' costs (their JSON and their cursors), held under ``max_bytes``.
+        self._held = 0
         #: Per method, bumped by each eviction: a fetch begun before it stores nothing.
         self._epochs: dict[str, int] = {}
         self._generation = 0
@@ -119,7 +130,7 @@ class ListCache:
         if generation != self._generation:
             self._generation = generation
             self._pages.clear()
-            self._bytes = 0
+            self._bytes = self._held = 0
 
     def lookup(self, method: str, cursor: Any, *, context: str, generation: int) -> bytes | None:
         """A fresh page for ``context`` (its own private one first, then a public one)."""
@@ -151,12 +162,14 @@ class ListCache:
         private, public = self._keys(method, cursor, context)
         self._drop(private)
         self._drop(public)
-        if ttl_ms <= 0 or len(data) > self._max_bytes:
+        cost = _cost(data, cursor)
+        if ttl_ms <= 0 or cost > self._max_bytes:
             return False
         key = public if scope == PUBLIC else private
-        self._pages[key] = _Page(data, self._clock() + ttl_ms / 1000.0)
+        self._pages[key] = _Page(data, self._clock() + ttl_ms / 1000.0, cost)
         self._bytes += len(data)
-        while len(self._pages) > self._max_entries or self._bytes > self._max_bytes:
+        self._held += cost
+        while len(self._pages) > self._max_entries or self._held > self._max_bytes:
             self._drop(next(iter(self._pages)))
         return True
 
@@ -175,3 +188,4 @@ class ListCache:
         page = self._pages.pop(key, None)
         if page is not None:
             self._bytes -= len(page.data)
+            self._held -= page.cost

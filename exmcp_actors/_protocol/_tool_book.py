@@ -93,18 +93,15 @@ class ToolBook:
         return kept
 
     def _rejected(self, name: str, why: str) -> None:
-        key = (name, why)
+        # Remembered as the log line shows them, bounded: the server sized the originals.
+        key = (peer_text(name, quote=True), peer_text(why))
         if key in self._warned:
             return
         self._warned[key] = None
         if len(self._warned) > MAX_WARNED:
             del self._warned[next(iter(self._warned))]
         self._log.warning(
-            "x-mcp-header",
-            "%s: tool %s left out of tools/list: invalid x-mcp-header (%s)",
-            self.name,
-            peer_text(name, quote=True),
-            peer_text(why),
+            "x-mcp-header", "%s: tool %s left out of tools/list: invalid x-mcp-header (%s)", self.name, *key
         )
 
     # -- read without a lock -----------------------------------------------------------
