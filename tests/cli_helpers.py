@@ -21,6 +21,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 15.0
+#: The first line waits for exmcp-watch's interpreter and any server it spawns to start too
+#: (cold interpreters on a loaded 2-core box took over 15 s).
+START_WAIT = 45.0
 
 
 def cli_env() -> dict[str, str]:
@@ -79,6 +82,8 @@ class Cli:
         self, predicate: Callable[[dict[str, Any]], bool], what: str, timeout: float = WAIT
     ) -> dict[str, Any]:
         """The next line matching ``predicate`` (earlier ones are kept in ``lines``)."""
+        if not self.lines:
+            timeout = max(timeout, START_WAIT)
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import websocket
 
-from tests.peers.launch import ROOT, Peer
+from tests.peers.launch import READY_TIMEOUT, ROOT, Peer
 
 TIMEOUT = 10.0  # generous per-step bound; every wait below uses it or less
 
@@ -88,6 +88,7 @@ class StdioProc:
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._answered = False
         self.reader = threading.Thread(target=self._read, name="stdio-peer-reader")
         self.reader.start()
 
@@ -107,8 +108,10 @@ class StdioProc:
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         self.send(message)
-        reply = self.recv()
+        # The first answer waits for the interpreter to start (and import the SDK) too.
+        reply = self.recv(TIMEOUT if self._answered else READY_TIMEOUT)
         assert reply is not None, "peer closed stdout"
+        self._answered = True
         return reply
 
     def close(self) -> int:
