@@ -24,7 +24,10 @@ and extra server flags can also come from a marker:
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -55,8 +58,23 @@ LIBRARY_THREAD_PREFIXES = ("exmcp-", "ClientActor-", "SubscriberProxy-", "Refcou
 SCHEDULER_THREAD = "exmcp-scheduler"
 
 
+#: pytest keeps its temporary folders under one root per user and deletes all but the last
+#: three sessions' at each start: beside other runs of the suite (a second copy, another
+#: checkout) a run's folders could vanish under it. Each run gets a root of its own instead
+#: (xdist's workers take theirs inside the controller's).
+_OWN_TEMP_ROOT: str | None = None
+if "PYTEST_XDIST_WORKER" not in os.environ and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+    _OWN_TEMP_ROOT = tempfile.mkdtemp(prefix="exmcp-tests-")
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = _OWN_TEMP_ROOT
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "peer_args(*args): extra command-line flags for the SDK test peer")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _OWN_TEMP_ROOT is not None:
+        shutil.rmtree(_OWN_TEMP_ROOT, ignore_errors=True)
 
 
 def _peer_options(request: pytest.FixtureRequest, default_era: str) -> tuple[str, list[str]]:
