@@ -142,7 +142,12 @@ def test_the_bearer_token_never_goes_to_a_plain_ws_server_on_another_host(names_
 
 
 def _peak_bytes_during(action: Callable[[], Any]) -> tuple[Any, int]:
-    import authlib.oauth2.client  # noqa: F401  (imported before: its import is not the answer's cost)
+    # Imported before, as the token request imports them on first use: their import is not the
+    # answer's cost, and traced it takes seconds when no earlier test of the process made a token.
+    import authlib.integrations.base_client
+    import authlib.oauth2.client
+    import authlib.oauth2.rfc7523  # noqa: F401
+    import joserfc.errors  # noqa: F401
 
     tracemalloc.start()
     try:
