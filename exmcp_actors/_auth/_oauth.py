@@ -33,7 +33,7 @@ from ._binding import bound_record, pre_registered_issuer
 from ._browser import LoopbackListener, free_port, loopback_redirect, open_browser, reusable_redirect
 from ._callback import authorization_code
 from ._discovery import AuthError, Discovery, canonical, check_pkce, discover, parse_challenge
-from ._fetch import exchange, oauth_client, require_secure, require_url, shown
+from ._fetch import Answer, exchange, oauth_client, require_secure, require_url, shown
 from ._fetch import origin as _origin
 from ._storage import MemoryTokenStorage, TokenStorage
 from ._tokens import (
@@ -350,25 +350,7 @@ class OAuth:
             answer = exchange(http, "POST", endpoint, json=body)
         except httpx.HTTPError as exc:
             raise AuthError(f"client registration at {shown(endpoint)} failed: {type(exc).__name__}") from exc
-        info = answer.json()
-        if answer.status not in (200, 201) or not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
-            # RFC 7591 section 3.2.2: a refusal's ``error`` says why (invalid_redirect_uri...).
-            error = info.get("error") if isinstance(info, dict) and answer.status >= 400 else None
-            why = f": {peer_text(error, 100)}" if isinstance(error, str) else ""
-            raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}{why}")
-        secret = info.get("client_secret") if isinstance(info.get("client_secret"), str) else None
-        given = info.get("token_endpoint_auth_method")
-        chosen = given if isinstance(given, str) else method
-        if secret is None:
-            chosen = "none"
-        elif chosen == "none":
-            chosen = "client_secret_basic"
-        if chosen not in REGISTRATION_METHODS:  # refused before it is saved, and reused by every flow
-            raise AuthError(
-                f"client registration at {shown(endpoint)} chose the token endpoint auth method"
-                f" {peer_text(chosen, 60, quote=True)}, which this client cannot use"
-            )
-        return ClientIdentity(info["client_id"], secret, chosen, redirect_uri=redirect)
+        return _registered_identity(endpoint, answer, method, redirect)
 
     def _grant(self, key: str, found: Discovery, identity: ClientIdentity, scope: str | None) -> dict[str, Any]:
         token_endpoint = found.endpoint("token_endpoint")
@@ -468,3 +450,26 @@ class OAuth:
         self, identity: ClientIdentity, issuer: str, endpoint: str, grant: str, params: dict[str, Any]
     ) -> dict[str, Any]:
         return request_token(identity, endpoint, issuer, grant, params, timeout=self.timeout, verify=self.verify)
+
+
+def _registered_identity(endpoint: str, answer: Answer, method: str, redirect: str | None) -> ClientIdentity:
+    """The client a registration answer made (RFC 7591 section 3.2), checked before it is saved."""
+    info = answer.json()
+    if answer.status not in (200, 201) or not isinstance(info, dict) or not isinstance(info.get("client_id"), str):
+        # RFC 7591 section 3.2.2: a refusal's ``error`` says why (invalid_redirect_uri...).
+        error = info.get("error") if isinstance(info, dict) and answer.status >= 400 else None
+        why = f": {peer_text(error, 100)}" if isinstance(error, str) else ""
+        raise AuthError(f"client registration at {shown(endpoint)} answered HTTP {answer.status}{why}")
+    secret = info.get("client_secret") if isinstance(info.get("client_secret"), str) else None
+    given = info.get("token_endpoint_auth_method")
+    chosen = given if isinstance(given, str) else method
+    if secret is None:
+        chosen = "none"
+    elif chosen == "none":
+        chosen = "client_secret_basic"
+    if chosen not in REGISTRATION_METHODS:  # refused before it is saved, and reused by every flow
+        raise AuthError(
+            f"client registration at {shown(endpoint)} chose the token endpoint auth method"
+            f" {peer_text(chosen, 60, quote=True)}, which this client cannot use"
+        )
+    return ClientIdentity(info["client_id"], secret, chosen, redirect_uri=redirect)
