@@ -147,6 +147,16 @@ def trickle(stopping: threading.Event, interval: float, *, head: bool = False) -
     return answer
 
 
+def import_what_a_token_request_imports() -> None:
+    """Import what an OAuth flow imports on first use (authlib's protocol client and its
+    grants, joserfc), so a test that times or traces a flow does not count it: seconds on a
+    loaded machine when no earlier test of the process made a token."""
+    import authlib.integrations.base_client
+    import authlib.oauth2.client
+    import authlib.oauth2.rfc7523  # noqa: F401
+    import joserfc.errors  # noqa: F401
+
+
 def run_flow(auth: mcp.OAuth, peer: HostileAS, within: float = WAIT) -> tuple[bool | None, float]:
     """What a transport does on the 401 of ``peer``'s MCP server, on a thread.
 

@@ -29,9 +29,16 @@ import exmcp_actors as mcp
 from exmcp_actors._auth import _browser
 from exmcp_actors._auth._browser import LoopbackListener, free_port
 from tests.child_python import rerun_with_httpx2_hidden
-from tests.hostile_as import HostileAS, run_flow
+from tests.hostile_as import HostileAS, import_what_a_token_request_imports, run_flow
 
 WAIT = 10.0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _imported_before() -> None:
+    """The flows here are timed against the listener's bounds, not against the imports of a
+    process's first flow."""
+    import_what_a_token_request_imports()
 
 
 def _listener_port(authorization_url: str) -> int:

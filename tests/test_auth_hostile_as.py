@@ -28,7 +28,7 @@ import exmcp_actors as mcp
 from exmcp_actors._auth import _storage
 from tests.child_python import rerun_with_httpx2_hidden, run_python
 from tests.helpers_transport import RecordingSink
-from tests.hostile_as import Exchange, HostileAS, flood, run_flow, trickle
+from tests.hostile_as import Exchange, HostileAS, flood, import_what_a_token_request_imports, run_flow, trickle
 from tests.hostile_text import seconds_taken
 from tests.sdk_helpers import every_log_record
 
@@ -142,13 +142,7 @@ def test_the_bearer_token_never_goes_to_a_plain_ws_server_on_another_host(names_
 
 
 def _peak_bytes_during(action: Callable[[], Any]) -> tuple[Any, int]:
-    # Imported before, as the token request imports them on first use: their import is not the
-    # answer's cost, and traced it takes seconds when no earlier test of the process made a token.
-    import authlib.integrations.base_client
-    import authlib.oauth2.client
-    import authlib.oauth2.rfc7523  # noqa: F401
-    import joserfc.errors  # noqa: F401
-
+    import_what_a_token_request_imports()  # their import is not the answer's cost
     tracemalloc.start()
     try:
         result = action()
