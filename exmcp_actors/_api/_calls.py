@@ -269,8 +269,13 @@ class ServerCalls(ListCalls):
             deadline = time.monotonic() + wait
             asks = self._tool_runs_as_task(name, wait)
             timeout = max(deadline - time.monotonic(), 0.001)
-        modern_meta = {META_CLIENT_CAPABILITIES: with_tasks_extension(self._host.abilities.capabilities(), True)}
-        if asks and modern:  # 2026-07-28: the server decides; declaring the extension lets it
+        # Only a call that may become a task declares the extension (a plain call builds nothing).
+        modern_meta = (
+            {META_CLIENT_CAPABILITIES: with_tasks_extension(self._host.abilities.capabilities(), True)}
+            if modern and task is not False
+            else None
+        )
+        if asks and modern_meta is not None:  # 2026-07-28: the server decides; declaring the extension lets it
             params["_meta"] = modern_meta
         elif asks:
             params["task"] = dict(task) if isinstance(task, dict) else {}
@@ -282,7 +287,7 @@ class ServerCalls(ListCalls):
             self,
             created,
             self._host.tasks.pop,
-            modern_meta=modern_meta if modern else None,
+            modern_meta=modern_meta,
             answer=lambda requests: self._answer_inputs("tasks/get", requests),
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
