@@ -301,14 +301,14 @@ class ServerCalls(ListCalls):
         tools = self._shared.tools
         if tools is None:
             return False
-        support = tools.task_support(name)
-        if support is None:
+        allowed = tools.runs_as_task(name)
+        if allowed is None:
             try:
                 self.list_tools(timeout=wait)
             except RequestError:
                 return False
-            support = tools.task_support(name)
-        return support in ("optional", "required")
+            allowed = tools.runs_as_task(name)
+        return allowed is True
 
     def _calling_tool(self, params: dict[str, Any], wait: float) -> Any:
         """One round of a ``tools/call``. A 2026-07-28 server that refuses its ``Mcp-Param-*``

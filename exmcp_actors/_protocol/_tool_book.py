@@ -36,8 +36,9 @@ class ToolFacts(NamedTuple):
     headers: HeaderMap
     #: ``annotations.idempotentHint`` is true: a call may be sent again after a dropped answer.
     idempotent: bool
-    #: 2025-11-25 ``execution.taskSupport``: "optional", "required", else "forbidden" (its default).
-    task_support: str = "forbidden"
+    #: 2025-11-25 ``execution.taskSupport`` is "optional" or "required": a call may ask for a task
+    #: (absent means "forbidden", and a client MUST NOT ask then).
+    runs_as_task: bool = False
 
 
 _EMPTY: Final[Mapping[str, ToolFacts]] = MappingProxyType({})
@@ -47,9 +48,8 @@ def _facts_of(tool: dict[str, Any]) -> ToolFacts:
     annotations = tool.get("annotations")
     idempotent = isinstance(annotations, dict) and annotations.get("idempotentHint") is True
     execution = tool.get("execution")
-    support = execution.get("taskSupport") if isinstance(execution, dict) else None
-    task_support = support if support in ("optional", "required") else "forbidden"
-    return ToolFacts(header_map(tool.get("inputSchema")), idempotent, task_support)
+    runs_as_task = isinstance(execution, dict) and execution.get("taskSupport") in ("optional", "required")
+    return ToolFacts(header_map(tool.get("inputSchema")), idempotent, runs_as_task)
 
 
 class ToolBook:
@@ -115,8 +115,8 @@ class ToolBook:
         facts = self.facts.get(name)
         return facts is not None and facts.idempotent
 
-    def task_support(self, name: str) -> str | None:
-        """The listed tool's ``execution.taskSupport`` ("forbidden" when it gives none), or None
-        for a tool no listing named."""
+    def runs_as_task(self, name: str) -> bool | None:
+        """Whether the listed tool may be asked to run as a task (2025-11-25), or None for a
+        tool no listing named."""
         facts = self.facts.get(name)
-        return facts.task_support if facts is not None else None
+        return facts.runs_as_task if facts is not None else None
