@@ -168,7 +168,9 @@ def test_first_read_tells_once_the_reader_has_taken_every_byte_out_of_the_pipe()
 
 @needs_unread_count
 def test_a_stdio_child_is_said_to_read_only_once_it_has_read_its_stdin() -> None:
-    # The child starts up slowly, says when it begins to read, then echoes what it reads.
+    # The child starts up slowly, says when it begins to read, echoes one line, then stays until
+    # its stdin closes: a child that exited after its echo would end the connection, and a
+    # connection that ended tells no one that its peer read (the look may come after the end).
     child = py(
         """
         import sys, time, json
@@ -177,6 +179,7 @@ def test_a_stdio_child_is_said_to_read_only_once_it_has_read_its_stdin() -> None
         sys.stdout.flush()
         sys.stdout.write(sys.stdin.readline())
         sys.stdout.flush()
+        sys.stdin.read()
         """
     )
     transport = StdioTransport(child)
