@@ -33,6 +33,7 @@ from exmcp_actors._protocol._events import (
     CancelOnWire,
     CancelRequest,
     CancelSubscription,
+    DisarmTimers,
     Effect,
     FetchSnapshot,
     Frames,
@@ -193,8 +194,8 @@ class Driver:
         self.out: Outbox = {}
         #: handle id -> where its messages go (kept after the entry is gone).
         self.routes: dict[Any, Any] = {}
-        #: The stage deadlines the last input armed.
-        self.stage_timers: list[ArmTimer] = []
+        #: The stage deadlines the last input armed, and their disarming once it settled.
+        self.stage_timers: list[ArmTimer | DisarmTimers] = []
 
     @property
     def generation(self) -> int:
@@ -203,7 +204,11 @@ class Driver:
     def take(self) -> list[Effect]:
         """The last input's effects; stage deadlines are kept apart (tests/test_protocol_stages.py)."""
         effects, self.out = self.session.effects.take()
-        self.stage_timers = [e for e in effects if isinstance(e, ArmTimer) and isinstance(e.event, StageTimeout)]
+        self.stage_timers = [
+            e
+            for e in effects
+            if (isinstance(e, ArmTimer) and isinstance(e.event, StageTimeout)) or isinstance(e, DisarmTimers)
+        ]
         return [e for e in effects if e not in self.stage_timers]
 
     def feed(self, event: Any) -> list[Effect]:

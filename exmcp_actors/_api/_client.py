@@ -32,7 +32,8 @@ from .._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, 
 from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._client_actor import Disconnect, InspectClient
 from .._runtime._host_pool import HostRuntime
-from .._runtime._refcount_worker import Inspect, SharedBook
+from .._runtime._lazy_worker import LazyWorker
+from .._runtime._refcount_worker import Inspect, SharedBook, inspect_book
 from .._runtime._shared import SharedState
 from .._util._checks import check_timeout
 from ._calls import ServerCalls
@@ -72,7 +73,7 @@ class Client(ServerCalls, CatalogCalls):
         self._shared = shared
         self._ids = ids
         self._request_timeout = request_timeout
-        self._worker: pykka.ActorRef[Any] | None = None
+        self._worker: LazyWorker | None = None
         #: The refcount book the worker shares, for the no-wire shortcuts (set by connect()).
         self._book: SharedBook | None = None
         #: Where this client's host threads take and give back URIs (set by connect()).
@@ -419,8 +420,12 @@ class Client(ServerCalls, CatalogCalls):
     def _inspect(self, timeout: float = 5.0) -> dict[str, Any]:
         """Internal counters, for tests and diagnostics."""
         state = dict(self._ask(InspectClient(), timeout))
-        if self._worker is not None and self._worker.is_alive():
-            state["refcount"] = self._worker.ask(Inspect(), timeout=timeout)
+        worker = self._worker.started if self._worker is not None else None
+        if worker is not None and worker.is_alive():
+            # Asked, not read: its answer comes after the work it was given before.
+            state["refcount"] = worker.ask(Inspect(), timeout=timeout)
+        elif self._book is not None:
+            state["refcount"] = inspect_book(self._book)  # never started: nothing is queued
         return state
 
     def __enter__(self) -> Client:

@@ -23,6 +23,7 @@ from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._client_actor import ClientActor, Start
 from .._runtime._effects import Config
 from .._runtime._host_pool import HostRuntime
+from .._runtime._lazy_worker import LazyWorker
 from .._runtime._refcount_worker import RefcountWorker, SharedBook, Wire
 from .._runtime._shared import SharedState
 from .._transport._base import Transport
@@ -222,7 +223,7 @@ def connect(
     # The worker's wire calls go out through the client like any other request.
     book = SharedBook()
     wire = Wire(client.request, client._send_request, client._await_request, request_wait)
-    worker = RefcountWorker.start(wire, ref, shared.adopt_current_thread, book)
+    worker = LazyWorker(lambda: RefcountWorker.start(wire, ref, shared.adopt_current_thread, book))
     client._worker, client._book = worker, book
     client._turn = WireTurn(book, worker, client._send_request)
     ref.tell(Start(worker, client._snapshot))

@@ -20,6 +20,7 @@ import pykka
 
 from .._protocol._errors import RequestTimeout, SubscribeFailed, SubscriberNotAlive
 from .._protocol._events import Release
+from .._runtime._lazy_worker import LazyWorker
 from .._runtime._refcount_worker import (
     SharedBook,
     Unanswered,
@@ -42,7 +43,7 @@ SESSION_WAIT_FLOOR = 0.1
 class WireTurn:
     """One client's URI subscriptions as its host threads take and give them back."""
 
-    def __init__(self, book: SharedBook, worker: pykka.ActorRef[Any], send: Send) -> None:
+    def __init__(self, book: SharedBook, worker: LazyWorker, send: Send) -> None:
         self.book = book
         self._worker = worker
         self._send = send

@@ -16,6 +16,7 @@ from typing import Any, Final
 import pykka
 
 from .._protocol._messages import FINAL_TAGS
+from .._util._thread_end import ThreadEnd, current_thread_end
 from ._bound import Bound, handed_over
 from ._inbox import Inbox, land
 
@@ -69,8 +70,10 @@ class Subscriber:
         key: identity shared by every handle of the same subscriber.
         target: what the handle's messages are delivered to (None: the handle's own inbox).
         alive: the liveness check (always true for ``put()`` objects).
-        watched: whether the liveness watcher must poll it.
+        watched: whether the liveness watcher must watch it.
         owner: the original object, for ``handle.subscriber``.
+        end: the thread's end, which tells of it without polling: set for a thread that
+            registers itself (see ``_util._thread_end``); None means it is polled.
     """
 
     key: Any
@@ -78,6 +81,7 @@ class Subscriber:
     alive: Callable[[], bool]
     watched: bool
     owner: Any
+    end: ThreadEnd | None = None
 
 
 def _always_alive() -> bool:
@@ -93,7 +97,9 @@ def resolve_subscriber(subscriber: Any) -> Subscriber:
     if subscriber is None:
         subscriber = threading.current_thread()
     if isinstance(subscriber, threading.Thread):
-        return Subscriber(("thread", id(subscriber)), None, subscriber.is_alive, True, subscriber)
+        # Only the thread itself can hold its end; any other thread is polled.
+        end = current_thread_end() if subscriber is threading.current_thread() else None
+        return Subscriber(("thread", id(subscriber)), None, subscriber.is_alive, True, subscriber, end)
     if isinstance(subscriber, pykka.ActorRef):
         return Subscriber(("actor", subscriber.actor_urn), subscriber, subscriber.is_alive, True, subscriber)
     put = getattr(subscriber, "put", None)

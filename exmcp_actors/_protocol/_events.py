@@ -297,6 +297,13 @@ class ArmTimer(NamedTuple):
     event: Any
 
 
+class DisarmTimers(NamedTuple):
+    """Cancel every armed timer whose event is of one of these types: they could only find
+    their work done, and an idle client must not wake for them."""
+
+    kinds: tuple[type, ...]
+
+
 class Settle(NamedTuple):
     """Complete a host's future: with ``result``, or with ``error`` when it is set (unless done)."""
 
@@ -372,6 +379,7 @@ Effect = (
     | CancelOnWire
     | OpenTransport
     | ArmTimer
+    | DisarmTimers
     | Settle
     | ToWorker
     | StartProxy

@@ -92,7 +92,7 @@ class Listeners:
     def activate(self, listener_id: Any, ready: bool, status: str) -> None:
         registry = self._registry
         entry = registry.entries.get(listener_id)
-        # Asked directly too: the liveness watcher polls, and may not have noticed yet.
+        # Asked directly too: the liveness watcher may not have told of its death yet.
         if entry is None or entry.state is EntryState.DEAD or not entry.slot.subscriber.alive():
             registry.forget(listener_id)
             raise SubscriberNotAlive()

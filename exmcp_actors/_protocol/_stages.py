@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._errors import ConnectError
-from ._events import ArmTimer, Effects, StageTimeout
+from ._events import ArmTimer, DisarmTimers, Effects, ProbeTimeout, StageTimeout
 from ._state import STAGE_MOVES, Stage, checked_move
 
 _WAITING_FOR: Final[dict[Stage, str]] = {
@@ -84,9 +84,11 @@ class StageClock:
         self._fx.do(ArmTimer(self.timeout, StageTimeout(generation, Stage.CONNECT, 0)))
 
     def settle(self) -> None:
-        """Every stage is done: timers still running change nothing."""
+        """Every stage is done: timers still running would change nothing, so they go."""
         self.stage = checked_move(STAGE_MOVES, self.stage, Stage.SETTLED)
         self._serial += 1
+        # The discover probe's timer too: a settled connection has finished its handshake.
+        self._fx.do(DisarmTimers((StageTimeout, ProbeTimeout)))
 
     def owns(self, message: StageTimeout) -> bool:
         """Whether a timer is the one of the stage in hand (the overall one: while a stage runs)."""

@@ -26,6 +26,7 @@ from .._protocol._jsonrpc import Frame, RequestBuilder
 from .._protocol._session import Session
 from ._effects import Config, Shell
 from ._lane import DeliveryLane
+from ._lazy_worker import LazyWorker
 from ._monitor import SessionMonitor
 from ._shared import SharedState
 from ._subscriber_proxy import SubscriberDown
@@ -38,9 +39,9 @@ SHUTDOWN_MONITOR_WAIT = 10.0
 
 
 class Start(NamedTuple):
-    """Begin: the worker is running; open the first connection."""
+    """Begin: here is the worker (started on first use); open the first connection."""
 
-    worker: pykka.ActorRef[Any]
+    worker: LazyWorker
     #: ``fetch(acknowledged_filter) -> snapshot``; blocking, run on a resync thread.
     snapshot_fetcher: Callable[[NotificationFilter], Any]
 
@@ -212,7 +213,7 @@ class ClientActor(pykka.ThreadingActor):
         if self.config.host is not None:
             self.config.host.close()
         if shell.worker is not None:
-            shell.worker.stop(block=False)
+            shell.worker.stop()
         connector = shell.connector
         if connector is not None and connector is not threading.current_thread():
             connector.join(self.config.connect_timeout + 1.0)

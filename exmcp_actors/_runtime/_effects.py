@@ -34,6 +34,7 @@ from .._transport._base import FrameSink, Transport
 from .._util._scheduler import TimerHandle, call_later
 from ._host_pool import HostRuntime
 from ._lane import DeliveryLane, flush
+from ._lazy_worker import LazyWorker
 from ._shared import SharedState
 from ._subscriber_proxy import LivenessWatcher, SubscriberProxy
 
@@ -68,7 +69,7 @@ class Shell:
         self.lane = lane
         self.name = name
         self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
-        self.worker: pykka.ActorRef[Any] | None = None
+        self.worker: LazyWorker | None = None
         self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
         #: Why the client is stopping (a Stop effect, or a host's disconnect()).
         self.closing_reason: Any = None
@@ -77,8 +78,9 @@ class Shell:
         #: Held by a connector thread while it opens the transport, and by the shutdown.
         self.transport_lock = threading.Lock()
         self.connector: threading.Thread | None = None
-        #: Armed on the process-wide scheduler; cancelled at shutdown.
-        self.timers: set[TimerHandle] = set()
+        #: Armed on the process-wide scheduler, with the type of the event each feeds back
+        #: (what ``DisarmTimers`` picks by); cancelled at shutdown.
+        self.timers: dict[TimerHandle, type] = {}
         self._retiring: list[Slot] = []
         #: What the last publish() saw (see there).
         self._published: tuple[Any, ...] | None = None
@@ -205,7 +207,7 @@ class Shell:
         assert self._actor is not None
         ref = SubscriberProxy.start(subscriber.key, subscriber.target, self._actor, self.shared.adopt_current_thread)
         if subscriber.watched:
-            self.watcher.watch(subscriber.key, subscriber.alive, ref)
+            self.watcher.watch(subscriber.key, subscriber.alive, ref, subscriber.end)
         return ref
 
     def replace_proxy(self, slot: Slot, found: pykka.ActorRef[Any] | None) -> pykka.ActorRef[Any]:
@@ -296,8 +298,13 @@ class Shell:
 
     def _arm_timer(self, session: Session, effect: ev.ArmTimer) -> None:
         if len(self.timers) >= _TIMER_SWEEP:
-            self.timers = {t for t in self.timers if not t.done}
-        self.timers.add(call_later(effect.delay, self.tell_actor, effect.event))
+            self.timers = {timer: kind for timer, kind in self.timers.items() if not timer.done}
+        self.timers[call_later(effect.delay, self.tell_actor, effect.event)] = type(effect.event)
+
+    def _disarm_timers(self, session: Session, effect: ev.DisarmTimers) -> None:
+        for timer in [timer for timer, kind in self.timers.items() if kind in effect.kinds]:
+            timer.cancel()
+            del self.timers[timer]
 
     def _to_worker(self, session: Session, effect: ev.ToWorker) -> None:
         if self.worker is not None:
@@ -360,6 +367,7 @@ PERFORMERS: dict[type, Callable[[Shell, Session, Any], None]] = {
     ev.CancelOnWire: Shell._cancel_on_wire,
     ev.OpenTransport: Shell._open_transport,
     ev.ArmTimer: Shell._arm_timer,
+    ev.DisarmTimers: Shell._disarm_timers,
     ev.ToWorker: Shell._to_worker,
     ev.StartProxy: Shell._start_proxy,
     ev.RetireProxy: Shell._retire_proxy,

@@ -233,6 +233,17 @@ def unsubscribe_failed(uri: str, error: Error) -> None:
         logger.warning("resources/unsubscribe %s failed: %s", uri, error)
 
 
+def inspect_book(shared: SharedBook) -> dict[str, Any]:
+    """Counts, held and lost URIs of a client's book (what ``Inspect`` answers)."""
+    with shared.lock:
+        book = shared.book
+        return {
+            "counts": {uri: book.count(uri) for uri in book.held_uris()},
+            "lost": sorted(book.lost_uris()),
+            "empty": book.is_empty(),
+        }
+
+
 class RefcountWorker(pykka.ThreadingActor):
     """Serializes listener subscribe/unsubscribe for one client."""
 
@@ -282,13 +293,7 @@ class RefcountWorker(pykka.ThreadingActor):
             with self._lock:
                 self._shared.book = RefcountBook()
         elif isinstance(message, Inspect):
-            with self._lock:
-                book = self._shared.book
-                return {
-                    "counts": {uri: book.count(uri) for uri in book.held_uris()},
-                    "lost": sorted(book.lost_uris()),
-                    "empty": book.is_empty(),
-                }
+            return inspect_book(self._shared)
         return None
 
     def _await_unsubscribes(self, sent: Sequence[tuple[str, Any]]) -> None:

@@ -3,9 +3,8 @@
 One :class:`SubscriberProxy` actor per subscriber serializes delivery to it
 (so its messages keep wire order) and, when it stops for any reason, tells
 the client that the subscriber is gone. pykka has no monitors, so a
-:class:`LivenessWatcher` per client polls the subscribers' liveness
-(``Thread.is_alive()``, ``ActorRef.is_alive()``) on the shared scheduler
-thread and stops the proxies of the dead ones, without waiting for traffic.
+:class:`LivenessWatcher` per client stops the proxies of dead subscribers without
+waiting for traffic: told by a thread's end where Python allows it, polling the rest.
 """
 
 from __future__ import annotations
@@ -15,12 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pykka
 
 from .._delivery._targets import deliver
 from .._util._scheduler import TimerSlot
+from .._util._thread_end import ThreadEnd
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -99,46 +100,85 @@ class SubscriberProxy(pykka.ThreadingActor):
 
 def _next_poll() -> float:
     """Seconds to the next multiple of the interval: every client's poll falls due at the same
-    instant, so the shared scheduler wakes once per interval however many clients watch."""
+    instant, so the shared scheduler wakes once per interval however many clients poll."""
     return LIVENESS_INTERVAL - time.monotonic() % LIVENESS_INTERVAL
 
 
 class LivenessWatcher:
-    """Polls watched subscribers and stops the proxies of dead ones.
+    """Notices the death of watched subscribers and stops their proxies.
 
-    The polls run on the process-wide scheduler (``_scheduler``), and only while
-    something is watched: no thread of its own, and no wake-up with nothing to look at.
+    A thread that registered itself is *told*: its :class:`~.._util._thread_end.ThreadEnd`
+    runs our callback as the thread ends, so watching it costs no wake-up at all. What
+    cannot tell (an actor, a thread named by another thread, a thread Python did not start)
+    is *polled* on the process-wide scheduler, and only while such a subscriber is watched.
+    Either way a death is seen within about :data:`LIVENESS_INTERVAL`.
     """
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
-        self._watched: dict[Any, tuple[Callable[[], bool], pykka.ActorRef[Any]]] = {}
+        self._polled: dict[Any, tuple[Callable[[], bool], pykka.ActorRef[Any]]] = {}
+        self._told: dict[Any, tuple[ThreadEnd, int]] = {}
         self._timer = TimerSlot()
 
-    def watch(self, key: Any, alive: Callable[[], bool], proxy: pykka.ActorRef[Any]) -> None:
+    def watch(
+        self, key: Any, alive: Callable[[], bool], proxy: pykka.ActorRef[Any], end: ThreadEnd | None = None
+    ) -> None:
+        """Watch one subscriber's proxy: told by ``end`` when given, else polled with ``alive``."""
+        self.unwatch(key)  # a proxy started again for the same subscriber replaces the last
+        if end is not None:
+            with self._lock:
+                token = end.on_end(partial(self._ended, key, proxy))
+                if token is not None:
+                    self._told[key] = (end, token)
+                    return
+            _stop(proxy)  # its thread ended before the watch began
+            return
         with self._lock:
-            self._watched[key] = (alive, proxy)
+            self._polled[key] = (alive, proxy)
             if not self._timer.armed:
                 self._timer.arm(_next_poll(), self._poll)
 
     def unwatch(self, key: Any) -> None:
         with self._lock:
-            self._watched.pop(key, None)
+            self._polled.pop(key, None)
+            told = self._told.pop(key, None)
+        if told is not None:
+            told[0].cancel(told[1])
+
+    def counts(self) -> dict[str, int]:
+        """How many subscribers are told of and how many polled (for ``inspect()``)."""
+        with self._lock:
+            return {"told": len(self._told), "polled": len(self._polled), "polling": int(self._timer.armed)}
+
+    def _ended(self, key: Any, proxy: pykka.ActorRef[Any]) -> None:
+        """In the ending thread (so it only tells): its subscriber is gone."""
+        with self._lock:
+            self._told.pop(key, None)
+        _stop(proxy)
 
     def _poll(self) -> None:
         with self._lock:
-            dead = [(key, proxy) for key, (alive, proxy) in self._watched.items() if not alive()]
+            dead = [(key, proxy) for key, (alive, proxy) in self._polled.items() if not alive()]
             for key, _ in dead:
-                del self._watched[key]
-            # Armed again only while there is something to watch (and once: watch() may have).
-            if self._watched and not self._timer.armed:
+                del self._polled[key]
+            # Armed again only while there is something to poll (and once: watch() may have).
+            if self._polled and not self._timer.armed:
                 self._timer.arm(_next_poll(), self._poll)
         for _, proxy in dead:
-            try:
-                proxy.tell(SubscriberGone())
-            except pykka.ActorDeadError:
-                pass
+            _stop(proxy)
 
     def close(self) -> None:
         self._timer.stop()
+        with self._lock:
+            told, self._told = list(self._told.values()), {}
+            self._polled.clear()
+        for end, token in told:
+            end.cancel(token)  # a long-lived thread keeps nothing of a closed client
+
+
+def _stop(proxy: pykka.ActorRef[Any]) -> None:
+    try:
+        proxy.tell(SubscriberGone())
+    except pykka.ActorDeadError:
+        pass
