@@ -10,6 +10,7 @@ import itertools
 import shlex
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,7 +25,7 @@ from .._runtime._client_actor import ClientActor, Start
 from .._runtime._effects import Config
 from .._runtime._host_pool import HostRuntime
 from .._runtime._lazy_worker import LazyWorker
-from .._runtime._refcount_worker import RefcountWorker, SharedBook, Wire
+from .._runtime._refcount_worker import RefcountWorker, SharedBook, Wire, done_in_place
 from .._runtime._shared import SharedState
 from .._transport._base import Transport
 from .._util._checks import check_timeout
@@ -223,7 +224,9 @@ def connect(
     # The worker's wire calls go out through the client like any other request.
     book = SharedBook()
     wire = Wire(client.request, client._send_request, client._await_request, request_wait)
-    worker = LazyWorker(lambda: RefcountWorker.start(wire, ref, shared.adopt_current_thread, book))
+    worker = LazyWorker(
+        lambda: RefcountWorker.start(wire, ref, shared.adopt_current_thread, book), partial(done_in_place, book)
+    )
     client._worker, client._book = worker, book
     client._turn = WireTurn(book, worker, client._send_request)
     ref.tell(Start(worker, client._snapshot))

@@ -7,12 +7,15 @@ Threads and actors of one client
 - **host threads**: the application's own, calling the ``Client`` facade (``_api``).
 - **the client actor** (``_client_actor``): the mailbox for inputs nobody waits for.
 - **a reader thread** per open connection (``_transport``): turns bytes into frames.
-- **the refcount worker** (``_refcount_worker``): releases and resubscriptions.
+- **the refcount worker** (``_refcount_worker``): releases and resubscriptions; its thread
+  starts with its first work (``_lazy_worker``), so most clients never have one.
 - **a subscriber proxy** per subscriber (``_subscriber_proxy``): ordered delivery to an
   actor or a ``put()`` object; its stop hook reports the subscriber's end.
 - **short-lived threads**: a connector per open attempt, a resync per modern resync.
 - **host pools** (``_host_pool``): run the host's handlers and progress callbacks.
-- **the scheduler** (``_util/_scheduler``, one per process): timers and liveness polls.
+- **the scheduler** (``_util/_scheduler``, one per process): timers and liveness polls, and
+  only while one is armed: a settled connection disarms its stage timers, and a subscriber
+  thread that registered itself is told of by its end (``_util/_thread_end``), not polled.
 
 Who owns what
 -------------
@@ -95,8 +98,12 @@ A thread holding a lock may take only those below it, never one above::
                              scheduler's, a transport's writer queue, host pool queues and
                              the like: none runs host code or takes a lock above it, and
                              they nest only in this order: Shell._proxy_lock (starting a
-                             proxy) > LivenessWatcher._lock > TimerSlot's > the scheduler's;
-                             HostRuntime's early-status lock > a task handle's, a Book's
+                             proxy) > LivenessWatcher._lock > a ThreadEnd's and TimerSlot's
+                             > the scheduler's; HostRuntime's early-status lock > a task
+                             handle's, a Book's; LazyWorker's (held to start the worker, or to
+                             do in place what needs no worker) > SharedBook.lock and pykka's
+                             registry. A ThreadEnd runs its callbacks with no lock
+                             held (in the ending thread); they take LivenessWatcher._lock
 
 ``Shell.transport_lock`` stands apart: a connector holds it while it opens the transport
 (blocking I/O) and takes nothing else but ``Shell._opening_lock`` (a leaf, held only to

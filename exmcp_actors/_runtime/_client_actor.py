@@ -167,7 +167,12 @@ class ClientActor(pykka.ThreadingActor):
 
     def _on_inspect(self, message: InspectClient) -> dict[str, Any]:
         with self.monitor.turn() as session:
-            return session.inspect()
+            state = session.inspect()
+            shell = self.shell
+            state["liveness"] = shell.watcher.counts()
+            # Armed and not yet fired: what can still wake this client.
+            state["timers"] = sum(1 for timer in shell.timers if not timer.done)
+            return state
 
     _handlers: dict[type, Callable[[ClientActor, Any], Any]] = {
         Start: _on_start,

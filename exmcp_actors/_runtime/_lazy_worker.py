@@ -19,8 +19,11 @@ import pykka
 class LazyWorker:
     """Stands for the worker's ``ActorRef``: ``tell`` starts the actor on first use."""
 
-    def __init__(self, start: Callable[[], pykka.ActorRef[Any]]) -> None:
+    def __init__(self, start: Callable[[], pykka.ActorRef[Any]], in_place: Callable[[Any], bool]) -> None:
+        """``start()`` starts the actor; ``in_place(message)`` does the work of a message that
+        needs no actor (see ``_refcount_worker.done_in_place``) and says whether it did."""
         self._start = start
+        self._in_place = in_place
         self._lock = threading.Lock()
         self._ref: pykka.ActorRef[Any] | None = None
         self._stopped = False
@@ -40,6 +43,8 @@ class LazyWorker:
         """
         with self._lock:
             if self._ref is None and not self._stopped:
+                if self._in_place(message):
+                    return
                 self._ref = self._start()
             ref = self._ref
         if ref is None:

@@ -233,6 +233,17 @@ def unsubscribe_failed(uri: str, error: Error) -> None:
         logger.warning("resources/unsubscribe %s failed: %s", uri, error)
 
 
+def done_in_place(shared: SharedBook, message: Any) -> bool:
+    """Do what ``message`` asks if it needs no wire call (forgetting the book); whether it did.
+    A worker that never started does such work on the caller's thread: with nothing queued
+    before it, the order is the same as if the worker had done it."""
+    if isinstance(message, Reset):
+        with shared.lock:
+            shared.book = RefcountBook()
+        return True
+    return False
+
+
 def inspect_book(shared: SharedBook) -> dict[str, Any]:
     """Counts, held and lost URIs of a client's book (what ``Inspect`` answers)."""
     with shared.lock:
@@ -290,8 +301,7 @@ class RefcountWorker(pykka.ThreadingActor):
             with self._shared.serial:
                 self._resubscribe(message.generation, message.timeout or RESUBSCRIBE_TIMEOUT)
         elif isinstance(message, Reset):
-            with self._lock:
-                self._shared.book = RefcountBook()
+            done_in_place(self._shared, message)
         elif isinstance(message, Inspect):
             return inspect_book(self._shared)
         return None
