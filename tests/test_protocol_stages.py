@@ -20,10 +20,12 @@ from exmcp_actors._protocol import _messages as m
 from exmcp_actors._protocol._errors import ConnectError
 from exmcp_actors._protocol._events import (
     ArmTimer,
+    DisarmTimers,
     Lost,
     Opened,
     OpenFailed,
     OpenTransport,
+    ProbeTimeout,
     ResubscribeReport,
     StageTimeout,
     Stop,
@@ -35,7 +37,7 @@ from exmcp_actors._protocol._state import Pause, Stage
 
 def timer(driver: Driver, stage: Stage) -> ArmTimer:
     """The deadline the last input armed for ``stage``."""
-    [armed] = [t for t in driver.stage_timers if t.event.stage is stage]
+    [armed] = [t for t in driver.stage_timers if isinstance(t, ArmTimer) and t.event.stage is stage]
     return armed
 
 
@@ -58,6 +60,23 @@ def test_every_stage_of_the_first_connect_runs_under_a_deadline_and_the_whole_co
     assert {t.delay for t in driver.stage_timers} == {STAGE_TIMEOUT}
     driver.opened()
     assert timer(driver, Stage.INITIALIZE) == ArmTimer(STAGE_TIMEOUT, StageTimeout(1, Stage.INITIALIZE, 2))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "modern", "auto"])
+def test_a_settled_connect_disarms_its_stage_and_probe_timers_so_an_idle_client_does_not_wake_for_them(
+    mode: Any,
+) -> None:
+    driver = Driver(mode)
+    driver.start()
+    effects = driver.answer_handshake(driver.opened())
+    assert driver.session.ready
+    assert DisarmTimers((StageTimeout, ProbeTimeout)) in driver.stage_timers
+    assert not [e for e in effects if isinstance(e, ArmTimer) and isinstance(e.event, (StageTimeout, ProbeTimeout))]
+    driver.lose()
+    driver.reconnect()  # a reconnect settles too, and disarms what it armed
+    if driver.session.life.stages.stage is Stage.RESUBSCRIBE:  # a legacy one, once resubscribed
+        driver.feed(ResubscribeReport(driver.generation, frozenset(), {}))
+    assert DisarmTimers((StageTimeout, ProbeTimeout)) in driver.stage_timers
 
 
 def test_the_overall_connect_deadline_stops_the_first_connect_naming_the_stage_in_words() -> None:
