@@ -32,6 +32,7 @@ BENCHMARKS = {
     "latency": "benchmarks.bench_latency",
     "cost": "benchmarks.bench_cost",
     "clients": "benchmarks.bench_clients",
+    "scale": "benchmarks.bench_scale",
 }
 START = "<!-- results:start (written by python -m benchmarks.run; edits inside are overwritten) -->"
 END = "<!-- results:end -->"
