@@ -33,6 +33,7 @@ BENCHMARKS = {
     "cost": "benchmarks.bench_cost",
     "clients": "benchmarks.bench_clients",
     "idle": "benchmarks.bench_idle",
+    "scale": "benchmarks.bench_scale",
 }
 START = "<!-- results:start (written by python -m benchmarks.run; edits inside are overwritten) -->"
 END = "<!-- results:end -->"
