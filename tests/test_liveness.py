@@ -23,6 +23,7 @@ import exmcp_actors as mcp
 from exmcp_actors._runtime._subscriber_proxy import LivenessWatcher, SubscriberGone
 from exmcp_actors._util._thread_end import ThreadEnd, current_thread_end
 from exmcp_actors.testing import FakeServer
+from tests.child_python import run_python
 from tests.waiting import wait_until
 
 WAIT = 5.0
@@ -166,6 +167,91 @@ def test_a_failing_thread_end_callback_does_not_keep_the_others_from_running_nor
     assert not any(isinstance(t, threading._DummyThread) for t in threading.enumerate())
 
 
+#: A subscriber thread watched for its end while another thread is caught holding the
+#: watcher's lock (a poll, a watch) when the process exits or forks: that thread is gone, or
+#: frozen, for good. Then ``run``.
+_HELD_AT_EXIT_OR_FORK = """
+import os, sys, threading, time, warnings
+from exmcp_actors._runtime._subscriber_proxy import LivenessWatcher
+from exmcp_actors._util._thread_end import current_thread_end
+
+class Proxy:
+    def tell(self, message):
+        pass
+
+watcher = LivenessWatcher("test")
+watched, held = threading.Event(), threading.Event()
+
+def subscriber():
+    watcher.watch("k", lambda: True, Proxy(), current_thread_end())
+    watched.set()
+    threading.Event().wait()
+
+def holder():
+    with watcher._lock:
+        held.set()
+        threading.Event().wait()
+
+threading.Thread(target=subscriber, daemon=True).start()
+assert watched.wait(5)
+threading.Thread(target=holder, daemon=True).start()
+assert held.wait(5)
+"""
+
+
+def test_a_daemon_subscriber_thread_cleared_at_interpreter_exit_runs_no_callback_so_the_exit_does_not_hang() -> None:
+    done = run_python("-c", _HELD_AT_EXIT_OR_FORK + "print('exiting')", timeout=30)
+    assert (done.returncode, done.stdout.strip()) == (0, "exiting"), done.stderr
+
+
+def test_a_forked_child_runs_no_callback_its_parent_registered_so_the_fork_does_not_hang() -> None:
+    fork = """
+warnings.simplefilter("ignore")  # forking a threaded process is the point
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+deadline = time.monotonic() + 5
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("the child hung in fork()")
+        os._exit(1)
+    time.sleep(0.01)
+print("the child exited")
+os._exit(0)
+"""
+    done = run_python("-c", _HELD_AT_EXIT_OR_FORK + fork, timeout=30)
+    assert done.stdout.strip() == "the child exited", (done.stdout, done.stderr)
+
+
+def test_a_forked_child_still_runs_what_it_registered_itself_on_a_thread_it_inherited() -> None:
+    script = """
+import os, threading, warnings
+from exmcp_actors._util._thread_end import current_thread_end
+warnings.simplefilter("ignore")
+r, w = os.pipe()
+
+def forker():
+    end = current_thread_end()
+    end.on_end(lambda: os.write(w, b"parent's "))
+    if os.fork() == 0:
+        end.on_end(lambda: os.write(w, b"child's "))
+        return  # this thread ends in the child: only the child's callback runs
+    os.wait()
+
+thread = threading.Thread(target=forker)
+thread.start()
+thread.join()
+os.close(w)
+print(os.read(r, 100).decode().strip())
+"""
+    done = run_python("-c", script, timeout=30)
+    assert done.returncode == 0, done.stderr
+    ran = done.stdout.split()  # what ran in either process, in whichever order
+    assert sorted(ran) == ["child's", "parent's"], done.stdout
+
+
 # -- LivenessWatcher ---------------------------------------------------------------------
 
 
@@ -204,6 +290,22 @@ def test_an_unwatched_or_closed_watch_leaves_nothing_in_a_thread_that_lives_on()
     watcher.close()
     assert end.pending() == 0
     parked.end()
+
+
+def test_a_late_callback_of_an_ended_watch_does_not_forget_the_watch_that_took_its_key() -> None:
+    # The key is the thread's id(): once a thread is gone another may get it. An ending thread
+    # that took its callbacks just before its watch was dropped runs them after that.
+    watcher = LivenessWatcher("test")
+    first, second = Parked(current_thread_end), Parked(current_thread_end)
+    watcher.watch("k", first.thread.is_alive, Proxy(), first.result)  # type: ignore[arg-type]
+    late = next(callback for _, callback in first.result._callbacks.values())
+    watcher.watch("k", second.thread.is_alive, Proxy(), second.result)  # type: ignore[arg-type]
+    late()
+    assert watcher.counts()["told"] == 1
+    watcher.close()
+    assert second.result.pending() == 0  # nothing of a closed client left in a thread that lives on
+    first.end()
+    second.end()
 
 
 def test_what_cannot_tell_is_polled_only_while_it_is_watched() -> None:

@@ -103,7 +103,8 @@ A thread holding a lock may take only those below it, never one above::
                              handle's, a Book's; LazyWorker's (held to start the worker, or to
                              do in place what needs no worker) > SharedBook.lock and pykka's
                              registry. A ThreadEnd runs its callbacks with no lock
-                             held (in the ending thread); they take LivenessWatcher._lock
+                             held (in the ending thread; none at exit nor in a forked
+                             child); they take LivenessWatcher._lock
 
 ``Shell.transport_lock`` stands apart: a connector holds it while it opens the transport
 (blocking I/O) and takes nothing else but ``Shell._opening_lock`` (a leaf, held only to

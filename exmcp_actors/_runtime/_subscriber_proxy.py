@@ -128,7 +128,7 @@ class LivenessWatcher:
         self.unwatch(key)  # a proxy started again for the same subscriber replaces the last
         if end is not None:
             with self._lock:
-                token = end.on_end(partial(self._ended, key, proxy))
+                token = end.on_end(partial(self._ended, key, end, proxy))
                 if token is not None:
                     self._told[key] = (end, token)
                     return
@@ -151,10 +151,14 @@ class LivenessWatcher:
         with self._lock:
             return {"told": len(self._told), "polled": len(self._polled), "polling": int(self._timer.armed)}
 
-    def _ended(self, key: Any, proxy: pykka.ActorRef[Any]) -> None:
-        """In the ending thread (so it only tells): its subscriber is gone."""
+    def _ended(self, key: Any, end: ThreadEnd, proxy: pykka.ActorRef[Any]) -> None:
+        """In the ending thread (so it only tells): its subscriber is gone. The key's watch is
+        forgotten only if it is still this thread's: a callback taken by an ending thread just
+        before its watch was dropped may run after the key (an ``id()``) names another thread."""
         with self._lock:
-            self._told.pop(key, None)
+            told = self._told.get(key)
+            if told is not None and told[0] is end:
+                del self._told[key]
         _stop(proxy)
 
     def _poll(self) -> None:

@@ -9,11 +9,21 @@ It works only for a thread that asks from inside itself (so ``current_thread_end
 called from the subscriber's own thread), and only for threads Python started itself:
 a thread started outside Python (a ``_DummyThread``) never frees its storage before the
 process ends, so for it :func:`current_thread_end` answers None and the caller polls.
+
+Python frees that storage at two other moments, on a thread that is not the one ending:
+at interpreter exit (the finalizing thread clears the daemon threads still running) and in
+a child made by ``os.fork()`` (inside the fork, for every thread but the forking one). Then
+no callback runs: the process is ending, or it is a copy in which neither the thread nor
+the client that asked exist, and the locks a callback would take may be held for good by
+a thread that is gone (a poll, a delivery caught at that instant), which would hang the
+exit or the fork. A callback runs only in the process that registered it.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 import threading
 from collections.abc import Callable
 
@@ -28,7 +38,8 @@ class ThreadEnd:
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._callbacks: dict[int, Callable[[], None]] = {}
+        #: token -> (the pid of the process that registered it, the callback)
+        self._callbacks: dict[int, tuple[int, Callable[[], None]]] = {}
         self._ended = False
 
     @property
@@ -43,7 +54,7 @@ class ThreadEnd:
             if self._ended:
                 return None
             token = next(_tokens)
-            self._callbacks[token] = callback
+            self._callbacks[token] = (os.getpid(), callback)
             return token
 
     def cancel(self, token: int) -> None:
@@ -57,14 +68,19 @@ class ThreadEnd:
         with self._lock:
             return len(self._callbacks)
 
-    def _end(self) -> None:
+    def _end(self, _finalizing: Callable[[], bool] = sys.is_finalizing, _getpid: Callable[[], int] = os.getpid) -> None:
         """Run every callback, even after one raised; then raise the first failure, which
         Python reports through ``sys.unraisablehook`` (a finalizer's errors go there). Not
         through logging: the ending thread is gone from threading's books by now, and
-        logging's ``current_thread()`` would leave a dummy thread behind it."""
+        logging's ``current_thread()`` would leave a dummy thread behind it. (What it calls
+        is bound at import: at exit, module globals may be cleared before it runs.)"""
         with self._lock:
             self._ended = True
-            callbacks, self._callbacks = list(self._callbacks.values()), {}
+            registered, self._callbacks = list(self._callbacks.values()), {}
+        if _finalizing():
+            return  # the interpreter clears a daemon thread at exit: nobody is left to tell
+        pid = _getpid()  # in a forked child, only what the child itself registered
+        callbacks = [callback for owner, callback in registered if owner == pid]
         failure: BaseException | None = None
         for callback in callbacks:
             try:
