@@ -183,12 +183,14 @@ watcher = LivenessWatcher("test")
 watched, held = threading.Event(), threading.Event()
 
 def subscriber():
-    watcher.watch("k", lambda: True, Proxy(), current_thread_end())
+    global end
+    end = current_thread_end()
+    watcher.watch("k", lambda: True, Proxy(), end)
     watched.set()
     threading.Event().wait()
 
 def holder():
-    with watcher._lock:
+    with (watcher._lock if HOLD == "watcher" else end._lock):
         held.set()
         threading.Event().wait()
 
@@ -199,12 +201,16 @@ assert held.wait(5)
 """
 
 
-def test_a_daemon_subscriber_thread_cleared_at_interpreter_exit_runs_no_callback_so_the_exit_does_not_hang() -> None:
-    done = run_python("-c", _HELD_AT_EXIT_OR_FORK + "print('exiting')", timeout=30)
+@pytest.mark.parametrize("hold", ["watcher", "thread end"])
+def test_a_daemon_subscriber_thread_cleared_at_interpreter_exit_runs_no_callback_so_the_exit_does_not_hang(
+    hold: str,
+) -> None:
+    done = run_python("-c", f"HOLD = {hold!r}\n" + _HELD_AT_EXIT_OR_FORK + "print('exiting')", timeout=30)
     assert (done.returncode, done.stdout.strip()) == (0, "exiting"), done.stderr
 
 
-def test_a_forked_child_runs_no_callback_its_parent_registered_so_the_fork_does_not_hang() -> None:
+@pytest.mark.parametrize("hold", ["watcher", "thread end"])
+def test_a_forked_child_runs_no_callback_its_parent_registered_so_the_fork_does_not_hang(hold: str) -> None:
     fork = """
 warnings.simplefilter("ignore")  # forking a threaded process is the point
 pid = os.fork()
@@ -221,7 +227,7 @@ while not os.waitpid(pid, os.WNOHANG)[0]:
 print("the child exited")
 os._exit(0)
 """
-    done = run_python("-c", _HELD_AT_EXIT_OR_FORK + fork, timeout=30)
+    done = run_python("-c", f"HOLD = {hold!r}\n" + _HELD_AT_EXIT_OR_FORK + fork, timeout=30)
     assert done.stdout.strip() == "the child exited", (done.stdout, done.stderr)
 
 

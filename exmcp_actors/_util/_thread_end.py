@@ -33,10 +33,12 @@ _tokens = itertools.count(1)
 class ThreadEnd:
     """The end of one thread: callbacks run once, as it ends (or at once if it has)."""
 
-    __slots__ = ("__weakref__", "_callbacks", "_ended", "_lock", "name")
+    __slots__ = ("__weakref__", "_callbacks", "_ended", "_ident", "_lock", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: The thread it is the end of (made only by that thread: see current_thread_end).
+        self._ident = threading.get_ident()
         self._lock = threading.Lock()
         #: token -> (the pid of the process that registered it, the callback)
         self._callbacks: dict[int, tuple[int, Callable[[], None]]] = {}
@@ -68,17 +70,25 @@ class ThreadEnd:
         with self._lock:
             return len(self._callbacks)
 
-    def _end(self, _finalizing: Callable[[], bool] = sys.is_finalizing, _getpid: Callable[[], int] = os.getpid) -> None:
+    def _end(
+        self,
+        _finalizing: Callable[[], bool] = sys.is_finalizing,
+        _getpid: Callable[[], int] = os.getpid,
+        _get_ident: Callable[[], int] = threading.get_ident,
+    ) -> None:
         """Run every callback, even after one raised; then raise the first failure, which
         Python reports through ``sys.unraisablehook`` (a finalizer's errors go there). Not
         through logging: the ending thread is gone from threading's books by now, and
         logging's ``current_thread()`` would leave a dummy thread behind it. (What it calls
         is bound at import: at exit, module globals may be cleared before it runs.)"""
+        if _finalizing() or _get_ident() != self._ident:
+            # At exit, or in a forked child for a thread of the parent: not even our own lock
+            # is taken, since a thread gone for good may hold it.
+            self._ended = True
+            return
         with self._lock:
             self._ended = True
             registered, self._callbacks = list(self._callbacks.values()), {}
-        if _finalizing():
-            return  # the interpreter clears a daemon thread at exit: nobody is left to tell
         pid = _getpid()  # in a forked child, only what the child itself registered
         callbacks = [callback for owner, callback in registered if owner == pid]
         failure: BaseException | None = None
