@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .common import URI, WAIT, Row, flood_argv, median, read_flood, say, tool_json
+from .common import URI, WAIT, Row, flood_argv, flood_listener, median, read_flood, say, tool_json
 
 NAME = "dispatch"
 SIZES = (10, 1_000, 10_000)
@@ -29,7 +29,7 @@ def register(client: Any, total: int) -> Any:
     half = (total - 1) // 2
     for i in range(half):
         client.subscribe_notifications({"resourceSubscriptions": [f"file:///bench/other/{i}"]})
-    matching = client.subscribe_notifications({"resourceSubscriptions": [URI]})
+    matching = flood_listener(client, URI)  # max_pending above the flood: every update is delivered
     for i in range(half, total - 1):
         client.subscribe_notifications({"resourceSubscriptions": [f"file:///bench/other/{i}"]})
     return matching

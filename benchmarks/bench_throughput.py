@@ -7,8 +7,9 @@ Three readers of the same stream, in the same run, rounds interleaved:
     HTTP: an httpx streaming GET, split into SSE events on blank lines);
 (b) the official MCP SDK client (mcp 2.3.0), counting in its
     ``message_handler`` (stdio and Streamable HTTP; it has no WebSocket);
-(c) exmcp_actors: ``connect()``, ``subscribe_notifications`` on the URI,
-    ``listener.get()`` in the host thread.
+(c) exmcp_actors: ``connect()``, ``subscribe_notifications`` on the URI
+    (``max_pending`` above the flood, so none is coalesced: see
+    ``common.FLOOD_MAX_PENDING``), ``listener.get()`` in the host thread.
 
 Two producers. ``benchmarks/flood_server.py`` writes pre-serialised frames
 (stdio, WebSocket, Streamable HTTP) millions of times per second, so the
@@ -42,6 +43,7 @@ from .common import (
     Row,
     Stopwatch,
     flood_argv,
+    flood_listener,
     listening_server,
     median,
     read_flood,
@@ -104,7 +106,7 @@ def lib_rate(target: Any, uri: str, count: int, *, warm: bool) -> Flow:
 
     client = exmcp_actors.connect(target, protocol="legacy", reconnect=False, request_timeout=WAIT)
     try:
-        listener = client.subscribe_notifications({"resourceSubscriptions": [uri]})
+        listener = flood_listener(client, uri)  # max_pending above the flood: every update is delivered
         if warm:
             warm_up_listener(client, listener, uri)
         watch = read_flood(client, listener, uri, count)

@@ -10,6 +10,7 @@ import atexit
 import json
 import os
 import platform
+import queue
 import statistics
 import subprocess
 import sys
@@ -460,23 +461,58 @@ class Flow(NamedTuple):
     cpu_us: float
 
 
+#: The ``max_pending`` of a listener that reads a whole flood: above any flood the benchmarks
+#: send. At the default bound (10,000) a host thread that falls 10,000 behind (descheduled on a
+#: busy machine) has the rest of a one-URI flood coalesced, as documented, so fewer than
+#: ``count`` updates arrive and a count-based reader would wait in vain.
+FLOOD_MAX_PENDING = 1_000_000
+
+
+def flood_listener(client: Any, uri: str) -> Any:
+    """An exmcp_actors listener on ``uri`` that is delivered every update of a flood."""
+    return client.subscribe_notifications({"resourceSubscriptions": [uri]}, max_pending=FLOOD_MAX_PENDING)
+
+
 def read_flood(client: Any, listener: Any, uri: str, count: int) -> Stopwatch:
     """Ask the server to flood ``count`` updates of ``uri`` and read them with ``listener.get()``
-    in this thread; the stopwatch runs from the first update to the last."""
+    in this thread; the stopwatch runs from the first update to the last.
+
+    Raises:
+        RuntimeError: fewer than ``count`` arrived (what came, the last message, the trigger's
+            outcome and what waits in the listener say why: a closing message, a stalled server).
+    """
     thread, outcome = run_in_thread(
         lambda: client.call_tool("flood", {"uri": uri, "count": count}, timeout=WAIT * 3), "bench-trigger"
     )
     get = listener.get
-    get(timeout=WAIT)
-    watch = Stopwatch()
-    watch.start()
-    for _ in range(count - 1):
-        get(timeout=WAIT)
-    watch.stop()
+    arrived, last = 0, None  # for the report of a short flood
+    try:
+        last = get(timeout=WAIT)
+        watch = Stopwatch()
+        watch.start()
+        for arrived in range(1, count):  # noqa: B007 - read by the report when a get() ends it early
+            last = get(timeout=WAIT)
+        watch.stop()
+    except queue.Empty:
+        raise RuntimeError(short_flood(listener, count, arrived, last, thread, outcome)) from None
     thread.join(WAIT)
     if outcome and isinstance(outcome[0], BaseException):
         raise outcome[0]
     return watch
+
+
+def short_flood(listener: Any, count: int, got: int, last: Any, thread: threading.Thread, outcome: list[Any]) -> str:
+    """Why a flood read came up short, in one line."""
+    if thread.is_alive():
+        trigger = "flood call still running"
+    elif outcome and isinstance(outcome[0], BaseException):
+        trigger = f"flood call failed: {outcome[0]!r}"
+    else:
+        trigger = f"flood call answered {outcome[0] if outcome else None!r}"[:200]
+    return (
+        f"flood read short: {got:,} of {count:,} updates arrived, then none within {WAIT:.0f} s or the listener "
+        f"ended (last message {last!r:.200}; {listener.pending()} pending; {trigger})"
+    )
 
 
 def timed(fn: Callable[[], Any]) -> float:
