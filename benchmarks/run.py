@@ -40,17 +40,27 @@ END = "<!-- results:end -->"
 
 
 def check_no_leftovers() -> list[str]:
-    """Kill and name any child process still alive (there should be none)."""
+    """Kill and name any child process still alive (there should be none), but the library's
+    stdio watchdog: it lives as long as its host by design (``_transport/stdio/_watchdog``)."""
     import psutil
 
     names: list[str] = []
     for child in psutil.Process().children(recursive=True):
+        if child.pid == _watchdog_pid():
+            continue
         try:
             names.append(f"{child.pid} {' '.join(child.cmdline())[:120]}")
             child.kill()
         except psutil.Error:
             continue
     return names
+
+
+def _watchdog_pid() -> int | None:
+    """The pid of the library's stdio watchdog, if this process started one."""
+    module = sys.modules.get("exmcp_actors._transport.stdio._watchdog")
+    proc = getattr(getattr(module, "WATCHDOG", None), "_proc", None)
+    return getattr(proc, "pid", None)
 
 
 def library_state() -> str:
