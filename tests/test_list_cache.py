@@ -5,12 +5,14 @@ A list page is reused while fresh (``list_*(cache=False)`` opts out), the matchi
 authorization context that fetched it, and memory stays bounded. Against the official
 Python SDK 2.3.0 server (``--cache-ttl-ms``), whose client keeps a cursor-less page the same
 way; the authorization contexts with a FakeServer and a transport whose credentials change.
-The walk over the pages, fed what a hostile server may send, with a FakeServer.
+The walk over the pages, fed what a hostile server may send, with a FakeServer. One page
+(``list_page``) is kept and served as a walk's; a listing with ``meta=`` always goes to the server.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,10 +24,21 @@ from exmcp_actors._auth import BearerAuth
 from exmcp_actors._protocol._list_cache import MAX_TTL_MS, ListCache, cache_hints
 from exmcp_actors.testing import FakeError, FakeServer
 from tests.peers.launch import Peer, peer_argv
-from tests.sdk_helpers import TOOLS_CHANGED, ClientPool, TapTransport, expect_notification, notify
+from tests.sdk_helpers import (
+    PEER_PAGE_SIZE,
+    PEER_PROMPTS,
+    PEER_RESOURCES,
+    PEER_TOOLS,
+    TOOLS_CHANGED,
+    ClientPool,
+    TapTransport,
+    expect_notification,
+    notify,
+)
 from tests.waiting import wait_until
 
 TEN_MINUTES = "600000"
+MARK = "com.example/mark"
 
 
 class Clock:
@@ -100,9 +113,50 @@ def test_the_raw_page_shows_its_hints(hinted_peer: Peer, client_pool: ClientPool
     page = client.request("tools/list")
     assert page["ttlMs"] == int(TEN_MINUTES) and page["cacheScope"] == "public"
     # What a one-page listing returns, kept or fetched: the server's result, hints included.
-    kept = client._listed_page("tools/list", None)
+    kept = client.list_page("tools")
     assert kept["ttlMs"] == int(TEN_MINUTES) and kept["cacheScope"] == "public" and kept["tools"] == page["tools"]
-    assert client._listed_page("tools/list", None) == kept
+    assert client.list_page("tools") == kept
+
+
+def test_a_listing_with_meta_is_never_answered_from_pages_kept_without_it(
+    hinted_peer: Peer, client_pool: ClientPool
+) -> None:
+    tap = TapTransport(mcp.HttpTransport(hinted_peer.url))
+    client = client_pool.connect(tap)
+    listed = client.list_tools()
+    kept_walk = len(tap.sent_messages("tools/list"))
+    mark = uuid.uuid4().hex
+    assert client.list_tools(meta={MARK: mark}) == listed
+    walked = tap.sent_messages("tools/list")[kept_walk:]
+    assert len(walked) == kept_walk == -(-len(PEER_TOOLS) // PEER_PAGE_SIZE)
+    assert all(message["params"]["_meta"][MARK] == mark for message in walked)
+    assert client.list_tools() == listed  # the pages kept before are still served
+    assert client.list_page("tools")["tools"] == listed[:PEER_PAGE_SIZE]
+    assert len(tap.sent_messages("tools/list")) == 2 * kept_walk
+
+
+def test_list_page_returns_one_raw_page_and_its_cursor_leads_to_the_next(
+    hinted_peer: Peer, client_pool: ClientPool
+) -> None:
+    tap = TapTransport(mcp.HttpTransport(hinted_peer.url))
+    client = client_pool.connect(tap)
+    first = client.list_page("tools")
+    assert len(first["tools"]) == PEER_PAGE_SIZE
+    assert first["ttlMs"] == int(TEN_MINUTES) and first["cacheScope"] == "public"
+    names = [tool["name"] for tool in first["tools"]]
+    cursor = first.get("nextCursor")
+    while cursor is not None:
+        page = client.list_page("tools", cursor)
+        names += [tool["name"] for tool in page["tools"]]
+        cursor = page.get("nextCursor")
+    assert names == PEER_TOOLS == [tool["name"] for tool in client.list_tools()]
+    prompts = client.list_page("prompts", cache=False)
+    assert [prompt["name"] for prompt in prompts["prompts"]] == PEER_PROMPTS[:PEER_PAGE_SIZE]
+    assert isinstance(prompts["nextCursor"], str)
+    mark = uuid.uuid4().hex
+    resources = client.list_page("resources", meta={MARK: mark})
+    assert [resource["uri"] for resource in resources["resources"]] == PEER_RESOURCES[:PEER_PAGE_SIZE]
+    assert [message["params"]["_meta"][MARK] for message in tap.sent_messages("resources/list")] == [mark]
 
 
 def test_results_without_a_ttl_are_not_kept(client_pool: ClientPool) -> None:

@@ -45,7 +45,7 @@ from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
 from .._util._reply import Reply
-from ._lists import ListCalls
+from ._lists import ListCalls, Meta, check_meta, with_meta
 from ._task import Task
 
 if TYPE_CHECKING:
@@ -240,6 +240,7 @@ class ServerCalls(ListCalls):
         *,
         progress: Callable[[dict[str, Any]], Any] | None = None,
         task: bool | dict[str, Any] = False,
+        meta: Meta = None,
         timeout: float | None = None,
     ) -> Any:
         """``tools/call``; returns the result dict, or a :class:`Task` when the server made one.
@@ -254,7 +255,13 @@ class ServerCalls(ListCalls):
                 first if this one was not; 2026-07-28: the ``io.modelcontextprotocol/tasks``
                 extension); else the call runs plainly. A server that runs it at once answers
                 the result dict, which is returned as is.
+            meta: a mapping the request carries as its ``_meta`` (here and in every call
+                that takes it), merged under the keys the library puts there itself, which
+                win: ``progressToken`` when ``progress`` is given, and the 2026-07-28 envelope
+                (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
+                ``clientCapabilities``), never taken from ``meta`` in either era.
         """
+        own_meta = check_meta(meta)
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
         if arguments is not None and not isinstance(arguments, dict):
@@ -279,6 +286,7 @@ class ServerCalls(ListCalls):
             params["_meta"] = modern_meta
         elif asks:
             params["task"] = dict(task) if isinstance(task, dict) else {}
+        params = with_meta(params, own_meta)
         result = self._interactive("tools/call", params, timeout, progress, self._calling_tool)
         created = created_task(result) if task is not False else None
         if created is None:
@@ -326,9 +334,9 @@ class ServerCalls(ListCalls):
                 raise mismatch from relist_failed
             return self.request("tools/call", params, timeout=max(deadline - time.monotonic(), 0.001))
 
-    def read_resource(self, uri: str, *, timeout: float | None = None) -> Any:
-        """``resources/read``; returns the result dict."""
-        return self._interactive("resources/read", {"uri": uri}, timeout, None)
+    def read_resource(self, uri: str, *, meta: Meta = None, timeout: float | None = None) -> Any:
+        """``resources/read``; returns the result dict (``meta`` as for :meth:`call_tool`)."""
+        return self._interactive("resources/read", with_meta({"uri": uri}, check_meta(meta)), timeout, None)
 
     def complete(
         self,
@@ -336,6 +344,7 @@ class ServerCalls(ListCalls):
         argument: dict[str, Any],
         context: dict[str, Any] | None = None,
         *,
+        meta: Meta = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """``completion/complete``; returns the ``completion`` dict (``values``, ``total``, ``hasMore``).
@@ -344,7 +353,9 @@ class ServerCalls(ListCalls):
             ref: ``{"type": "ref/prompt", "name": ...}`` or ``{"type": "ref/resource", "uri": ...}``.
             argument: ``{"name": ..., "value": ...}``.
             context: ``{"arguments": {...}}``, values already chosen.
+            meta: as for :meth:`call_tool`.
         """
+        own_meta = check_meta(meta)
         if not isinstance(ref, dict) or not isinstance(ref.get("type"), str):
             raise TypeError(f"ref must be a dict with a 'type' (ref/prompt or ref/resource), got {ref!r}")
         if not isinstance(argument, dict) or not isinstance(argument.get("name"), str):
@@ -352,7 +363,7 @@ class ServerCalls(ListCalls):
         params: dict[str, Any] = {"ref": ref, "argument": argument}
         if context is not None:
             params["context"] = context
-        result = self.request("completion/complete", params, timeout=timeout)
+        result = self.request("completion/complete", with_meta(params, own_meta), timeout=timeout)
         completion = result.get("completion") if isinstance(result, dict) else None
         if not isinstance(completion, dict):
             raise ProtocolError(f"completion/complete returned no completion object: {peer_text(result)}")
@@ -389,12 +400,20 @@ class ServerCalls(ListCalls):
         self._host.roots = checked  # 2026-07-28 input requests are answered in the caller's thread
         self._run(SetRoots(checked))
 
-    def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
-        """``prompts/get``; returns the result dict."""
+    def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        meta: Meta = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``prompts/get``; returns the result dict (``meta`` as for :meth:`call_tool`)."""
+        own_meta = check_meta(meta)
         params: dict[str, Any] = {"name": name}
         if arguments is not None:
             params["arguments"] = arguments
-        return self._interactive("prompts/get", params, timeout, None)
+        return self._interactive("prompts/get", with_meta(params, own_meta), timeout, None)
 
     def subscribe_resource(self, uri: str, *, timeout: float | None = None) -> None:
         """Direct ``resources/subscribe``: NOT refcounted with listeners (legacy only)."""

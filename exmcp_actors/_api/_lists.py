@@ -1,5 +1,6 @@
 """The list requests: ``list_tools`` and its kin, every page followed, each page served from
-the session's kept pages while the server's cache hints say it is fresh (``_list_cache``).
+the session's kept pages while the server's cache hints say it is fresh (``_list_cache``);
+``list_page`` for one page; and the host's ``meta=`` of every call (:func:`check_meta`).
 
 :class:`ListCalls` is a mixin of :class:`~exmcp_actors.Client` (through ``ServerCalls``).
 """
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from .._protocol._errors import ProtocolError, RequestError, RequestTimeout
 from .._protocol._events import CachedPage, LearnTools, StorePage
+from .._protocol._handshake import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION
 from .._protocol._jsonrpc import INVALID_PARAMS
 from .._protocol._list_cache import cache_hints
 from .._protocol._peer_text import peer_text
@@ -25,6 +28,46 @@ ITEMS: Final = {
     "prompts/list": "prompts",
     "resources/templates/list": "resourceTemplates",
 }
+#: A host's ``meta=``: the ``_meta`` of its request (see :func:`check_meta`).
+Meta = Mapping[str, Any] | None
+#: What a ``list_*`` call returns: the items of every page.
+Items = list[dict[str, Any]]
+#: ``list_page`` kinds (the names of the ``list_*`` calls) -> their methods.
+KINDS: Final = {
+    "tools": "tools/list",
+    "prompts": "prompts/list",
+    "resources": "resources/list",
+    "resource_templates": "resources/templates/list",
+}
+#: The 2026-07-28 envelope: the library's own ``_meta`` keys on every request, in both eras
+#: (on a legacy connection a protocolVersion key would make a dual-era server take the
+#: request for a 2026-07-28 one). A host's ``meta=`` never sets them.
+OWN_META_KEYS: Final = frozenset({META_PROTOCOL_VERSION, META_CLIENT_INFO, META_CLIENT_CAPABILITIES})
+
+
+def check_meta(meta: Any) -> dict[str, Any] | None:
+    """A host's ``meta=`` as the ``_meta`` it adds to a request: a copy, without the keys
+    of :data:`OWN_META_KEYS` (the library's win); None for None.
+
+    Raises:
+        TypeError: ``meta`` is not a mapping with string keys.
+    """
+    if meta is None:
+        return None
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"meta must be a mapping with string keys (the request's _meta), got {type(meta).__name__}")
+    for key in meta:
+        if not isinstance(key, str):
+            raise TypeError(f"meta must be a mapping with string keys, but it has the key {key!r}")
+    return {key: value for key, value in meta.items() if key not in OWN_META_KEYS}
+
+
+def with_meta(params: dict[str, Any], meta: dict[str, Any] | None) -> dict[str, Any]:
+    """``params`` with the host's checked ``meta`` under the ``_meta`` the library put there
+    (the library's keys win)."""
+    if meta is None:
+        return params
+    return {**params, "_meta": {**meta, **(params.get("_meta") or {})}}
 
 
 class Page(NamedTuple):
@@ -70,15 +113,28 @@ class ListCalls:
     def _run(self, message: Any, timeout: float | None = None) -> Any:
         raise NotImplementedError
 
-    def _fetch_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Page:
+    def _fetch_page(
+        self,
+        method: str,
+        cursor: Any,
+        *,
+        cache: bool = True,
+        timeout: float | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Page:
         """One page's raw result, cache hints (``ttlMs``, ``cacheScope``) included, as the
         server sent it: a kept fresh copy when ``cache`` allows, else fetched (and kept per
-        its hints). ``cache=False`` fetches and replaces what is kept."""
+        its hints). ``cache=False`` fetches and replaces what is kept. A page asked for with
+        ``meta`` (checked) is always fetched, and neither kept nor replacing what is: the
+        server may answer a request with ``_meta`` otherwise, and the host asked for a request."""
+        params = with_meta({"cursor": cursor} if cursor is not None else {}, meta)
+        if meta is not None:
+            return Page(self.request(method, params, timeout=timeout), False)
         lookup = self._run(CachedPage(method, cursor, cache))
         kept = _copy_of(lookup.hit) if lookup.hit is not None else None
         if kept is not None:
             return Page(kept, True)
-        result = self.request(method, {"cursor": cursor} if cursor is not None else None, timeout=timeout)
+        result = self.request(method, params or None, timeout=timeout)
         if lookup.ticket is not None:
             ttl_ms, scope = cache_hints(result)
             data = _kept_form(result) if ttl_ms > 0 else b""
@@ -89,28 +145,36 @@ class ListCalls:
                 self._run(StorePage(lookup.ticket, data, ttl_ms, scope))
         return Page(result, False)
 
-    def _listed_page(self, method: str, cursor: Any, *, cache: bool = True, timeout: float | None = None) -> Any:
-        """One page as a one-page listing returns it: the raw result, hints included, a tools
-        page without the tools the 2026-07-28 ``x-mcp-header`` rules exclude."""
-        result = self._fetch_page(method, cursor, cache=cache, timeout=timeout).result
-        if method == "tools/list" and isinstance(result, dict) and isinstance(result.get("tools"), list):
-            result["tools"] = self._run(LearnTools(result["tools"], False))
-        return result
-
-    def _paginate(self, method: str, timeout: float | None, cache: bool, *, deadline: float | None = None) -> list[Any]:
+    def _paginate(
+        self,
+        method: str,
+        timeout: float | None,
+        cache: bool,
+        *,
+        deadline: float | None = None,
+        meta: Meta = None,
+    ) -> list[Any]:
         """Every page of ``method``, each within ``timeout``; all of them by ``deadline``
-        (``time.monotonic()``) when given: a walk that is part of another call."""
+        (``time.monotonic()``) when given: a walk that is part of another call. Each page's
+        request carries the host's ``meta`` (see :meth:`_fetch_page`)."""
+        checked = check_meta(meta)
         kept: list[bool] = []
         try:
-            return self._walk(method, timeout, cache, kept, deadline)
+            return self._walk(method, timeout, cache, kept, deadline, checked)
         except RequestError as error:
             if error.code != INVALID_PARAMS or not any(kept):
                 raise
             # A kept page led to a cursor the server no longer takes: start afresh, once.
-            return self._walk(method, timeout, False, [], deadline)
+            return self._walk(method, timeout, False, [], deadline, checked)
 
     def _walk(
-        self, method: str, timeout: float | None, cache: bool, kept: list[bool], deadline: float | None
+        self,
+        method: str,
+        timeout: float | None,
+        cache: bool,
+        kept: list[bool],
+        deadline: float | None,
+        meta: dict[str, Any] | None,
     ) -> list[Any]:
         """Every page of ``method``; ``kept`` learns, page by page, which were kept copies."""
         key = ITEMS[method]
@@ -119,7 +183,7 @@ class ListCalls:
         seen: set[Any] = set()
         for _ in range(MAX_PAGES):
             wait = timeout if deadline is None else _time_left(method, timeout, deadline)
-            result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=wait)
+            result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=wait, meta=meta)
             kept.append(was_kept)
             page = result.get(key) if isinstance(result, dict) else None
             if not isinstance(page, list):
@@ -138,23 +202,63 @@ class ListCalls:
             seen.add(cursor)
         raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
 
-    def list_tools(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
+    def list_tools(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
         """Every tool, all pages followed.
 
         On MCP 2026-07-28 over Streamable HTTP, tools whose ``x-mcp-header`` annotations are
         invalid are left out (and logged once). ``cache=False``: fetch every page, whatever
-        is kept (and keep the fresh pages).
+        is kept (and keep the fresh pages). ``meta``: a mapping each page's request carries
+        as its ``_meta`` (merged under the library's own keys); such a walk is never served
+        from kept pages, and keeps none.
         """
-        return self._paginate("tools/list", timeout, cache)
+        return self._paginate("tools/list", timeout, cache, meta=meta)
 
-    def list_resources(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every resource, all pages followed (``cache`` as for :meth:`list_tools`)."""
-        return self._paginate("resources/list", timeout, cache)
+    def list_resources(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
+        """Every resource, all pages followed (``cache`` and ``meta`` as for :meth:`list_tools`)."""
+        return self._paginate("resources/list", timeout, cache, meta=meta)
 
-    def list_prompts(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every prompt, all pages followed (``cache`` as for :meth:`list_tools`)."""
-        return self._paginate("prompts/list", timeout, cache)
+    def list_prompts(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
+        """Every prompt, all pages followed (``cache`` and ``meta`` as for :meth:`list_tools`)."""
+        return self._paginate("prompts/list", timeout, cache, meta=meta)
 
-    def list_resource_templates(self, *, cache: bool = True, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every resource template, all pages followed (``cache`` as for :meth:`list_tools`)."""
-        return self._paginate("resources/templates/list", timeout, cache)
+    def list_resource_templates(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
+        """Every resource template, all pages followed (``cache`` and ``meta`` as for :meth:`list_tools`)."""
+        return self._paginate("resources/templates/list", timeout, cache, meta=meta)
+
+    def list_page(
+        self,
+        kind: str,
+        cursor: str | None = None,
+        *,
+        meta: Meta = None,
+        cache: bool = True,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One page of a listing, as the server sent it: the result dict with its items,
+        ``nextCursor`` (absent on the last page) and, on MCP 2026-07-28, the cache hints
+        ``ttlMs`` and ``cacheScope``. Pass ``nextCursor`` back as ``cursor`` for the next page.
+
+        Args:
+            kind: ``"tools"``, ``"prompts"``, ``"resources"`` or ``"resource_templates"``.
+            cursor: a ``nextCursor`` the server gave; None for the first page.
+            meta, cache: as for :meth:`list_tools` (the page is kept and served as theirs are).
+
+        Raises:
+            ValueError: an unknown ``kind``.
+            TypeError: a ``cursor`` that is not a string, a ``meta`` that is no mapping with
+                string keys.
+            ProtocolError: the result is not a page of ``kind``.
+        """
+        method = KINDS.get(kind) if isinstance(kind, str) else None
+        if method is None:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+        if cursor is not None and not isinstance(cursor, str):
+            raise TypeError(
+                f"cursor must be a string (a nextCursor the server gave) or None, got {type(cursor).__name__}"
+            )
+        result = self._fetch_page(method, cursor, cache=cache, timeout=timeout, meta=check_meta(meta)).result
+        if not isinstance(result, dict) or not isinstance(result.get(ITEMS[method]), list):
+            raise ProtocolError(f"{method} result has no {ITEMS[method]!r} list: {peer_text(result)}")
+        if method == "tools/list":  # without the tools the 2026-07-28 x-mcp-header rules exclude
+            result["tools"] = self._run(LearnTools(result["tools"], False))
+        return result

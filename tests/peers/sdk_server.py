@@ -75,6 +75,7 @@ logger = logging.getLogger("sdk_peer")
 PAGE_SIZE = 2  # small on purpose: clients must follow nextCursor
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
 LISTEN_ENDED_KEEP = 1000  # bounded history for stats
+METAS_KEEP = 200  # the last requests whose _meta carried a key of the client's (stats "metas")
 
 RESOURCES: dict[str, str] = {
     "file:///a.txt": "a.txt",
@@ -227,6 +228,8 @@ class PeerState:
     unsubscribe_calls: dict[str, int] = field(default_factory=dict)
     # Every wire subscribe/unsubscribe in arrival order, for pairing/ordering checks.
     ops: list[dict[str, Any]] = field(default_factory=list)
+    #: ``{"method", "meta"}`` of the last requests whose ``_meta`` had a key outside the MCP envelope.
+    metas: list[dict[str, Any]] = field(default_factory=list)
     versions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESOURCES, 1))
     listens: dict[types.RequestId, ListenRecord] = field(default_factory=dict)
     listens_total: int = 0
@@ -263,6 +266,7 @@ class PeerState:
             "listens_total": self.listens_total,
             "listens_ended": list(self.listens_ended),
             "versions": dict(self.versions),
+            "metas": list(self.metas),
             "runs": dict(self.extras.runs),
             "posts": dict(self.extras.posts),
         }
@@ -275,7 +279,8 @@ def _session_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
 
 
 class SessionTracker:
-    """Server middleware: registers every legacy connection on its first message."""
+    """Server middleware: registers every legacy connection on its first message, and records
+    the requests whose ``_meta`` carries keys of the client's own (``stats`` "metas")."""
 
     def __init__(self, state: PeerState) -> None:
         self.state = state
@@ -283,6 +288,11 @@ class SessionTracker:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             self.record(ctx)
+        meta = ctx.params.get("_meta") if ctx.params is not None else None
+        if isinstance(meta, Mapping) and any(not str(key).startswith("io.modelcontextprotocol/") for key in meta):
+            # What arrived, as it arrived: the tests of a client's meta= read it back from stats.
+            self.state.metas.append({"method": ctx.method, "meta": dict(meta)})
+            del self.state.metas[:-METAS_KEEP]
         return await call_next(ctx)
 
     def record(self, ctx: ServerRequestContext[Any, Any]) -> SessionRecord:
