@@ -181,3 +181,25 @@ def test_list_page_refuses_an_unknown_kind_and_a_cursor_that_is_no_string(legacy
             client.list_page("tools", 2)  # type: ignore[arg-type]
         assert legacy_server.count("tools/list") == 0
         assert client.list_page("tools") == {"tools": client.list_tools()}
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, None, {"id": 1}, ["t"]])
+def test_a_meta_progress_token_that_is_no_string_or_integer_raises_type_error_and_sends_nothing(
+    bad: Any, legacy_server: FakeServer
+) -> None:
+    # The spec: a progress token MUST be a string or an integer (the SDK client refuses it too).
+    with mcp.connect(legacy_server.transport(), protocol="legacy", request_timeout=5.0) as client:
+        calls: list[Callable[[], Any]] = [
+            lambda: client.call_tool("echo", meta={"progressToken": bad}),
+            lambda: client.call_tool("echo", progress=lambda params: None, meta={"progressToken": bad}),
+            lambda: client.read_resource("file:///a", meta={"progressToken": bad}),
+            lambda: client.list_tools(meta={"progressToken": bad}),
+            lambda: client.list_page("tools", meta={"progressToken": bad}),
+        ]
+        for call in calls:
+            with pytest.raises(TypeError, match=r"^meta's progressToken must be a string or an integer"):
+                call()
+        assert legacy_server.count("tools/call") == legacy_server.count("tools/list") == 0
+        client.call_tool("echo", {"text": "x"}, meta={"progressToken": 7})
+        _, call = legacy_server.wait_for("tools/call")
+        assert call["params"]["_meta"] == {"progressToken": 7}

@@ -50,7 +50,8 @@ def check_meta(meta: Any) -> dict[str, Any] | None:
     of :data:`OWN_META_KEYS` (the library's win); None for None.
 
     Raises:
-        TypeError: ``meta`` is not a mapping with string keys.
+        TypeError: ``meta`` is not a mapping with string keys, or its ``progressToken`` is no
+            string or integer (the spec's MUST; checked even where ``progress=`` replaces it).
     """
     if meta is None:
         return None
@@ -59,6 +60,10 @@ def check_meta(meta: Any) -> dict[str, Any] | None:
     for key in meta:
         if not isinstance(key, str):
             raise TypeError(f"meta must be a mapping with string keys, but it has the key {key!r}")
+    if "progressToken" in meta:
+        token = meta["progressToken"]
+        if isinstance(token, bool) or not isinstance(token, str | int):
+            raise TypeError(f"meta's progressToken must be a string or an integer, got {type(token).__name__}")
     return {key: value for key, value in meta.items() if key not in OWN_META_KEYS}
 
 
