@@ -31,7 +31,7 @@ _tokens = itertools.count(1)
 
 
 class ThreadEnd:
-    """The end of one thread: callbacks run once, as it ends (or at once if it has)."""
+    """The end of one thread: its callbacks run once, as it ends (one that has ended takes none)."""
 
     __slots__ = ("__weakref__", "_callbacks", "_ended", "_ident", "_lock", "name")
 
