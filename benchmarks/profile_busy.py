@@ -155,27 +155,39 @@ def raw_stream(client: Any, count: int, window: Window) -> None:
 
 
 def lib_stream(target: Any, count: int, window: Window, profiles: ThreadProfiles | None, warm: bool) -> None:
-    import exmcp_actors
-
     from .bench_throughput import warm_up_listener
+
+    with library_client(target, profiles) as client:
+        listener = client.subscribe_notifications({"resourceSubscriptions": [URI]})
+        if warm:
+            warm_up_listener(client, listener, URI)
+        args = {"uri": URI, "count": count + 1, "rate": RATE, "stamp": True}
+        trigger, _ = run_in_thread(lambda: client.call_tool("flood", args, timeout=WAIT * 3), "bench-trigger")
+        get = listener.get
+        get(timeout=WAIT)
+        window.start()
+        for _ in range(count):
+            get(timeout=WAIT)
+        window.stop()
+        trigger.join(WAIT)
+
+
+@contextmanager
+def library_client(target: Any, profiles: ThreadProfiles | None, disconnect_timeout: float = 5.0) -> Iterator[Any]:
+    """A legacy exmcp_actors client of ``target``; ``profiles`` armed over its whole life when given."""
+    import exmcp_actors
 
     with profiles.armed() if profiles else _nothing():
         client = exmcp_actors.connect(target, protocol="legacy", reconnect=False, request_timeout=WAIT)
         try:
-            listener = client.subscribe_notifications({"resourceSubscriptions": [URI]})
-            if warm:
-                warm_up_listener(client, listener, URI)
-            args = {"uri": URI, "count": count + 1, "rate": RATE, "stamp": True}
-            trigger, _ = run_in_thread(lambda: client.call_tool("flood", args, timeout=WAIT * 3), "bench-trigger")
-            get = listener.get
-            get(timeout=WAIT)
-            window.start()
-            for _ in range(count):
-                get(timeout=WAIT)
-            window.stop()
-            trigger.join(WAIT)
+            yield client
         finally:
-            client.disconnect()
+            client.disconnect(timeout=disconnect_timeout)
+
+
+def library_runs(profile: bool) -> list[tuple[str, ThreadProfiles | None]]:
+    """The library's runs in one round: a plain one, then with ``--cprofile`` a profiled one."""
+    return [("exmcp_actors", None)] + ([("exmcp_actors, profiled", ThreadProfiles())] if profile else [])
 
 
 @contextmanager
@@ -214,7 +226,6 @@ def run_pair(
 
 
 def register_case(rounds: int, profile: bool) -> None:
-    import exmcp_actors
 
     from .bench_cost import raw_subscribe_rate, sdk_subscribe_rate
 
@@ -230,25 +241,14 @@ def register_case(rounds: int, profile: bool) -> None:
         sdk = sdk_subscribe_rate(n)
         window.stop()
         window.report(f"round {i + 1} SDK subscribe_resource {sdk:,.0f}/s (includes start-up)", n, "registration")
-        for label, profiles in (
-            ("exmcp_actors", None),
-            ("exmcp_actors, profiled", ThreadProfiles() if profile else None),
-        ):
-            if label.endswith("profiled") and profiles is None:
-                continue
-            with profiles.armed() if profiles else _nothing():
-                client = exmcp_actors.connect(
-                    flood_argv("stdio"), protocol="legacy", reconnect=False, request_timeout=WAIT
-                )
-                try:
-                    client.subscribe_notifications({"resourceSubscriptions": ["file:///bench/warm"]})
-                    window = Window()
-                    window.start()
-                    for j in range(n):
-                        client.subscribe_notifications({"resourceSubscriptions": [f"file:///bench/reg/{i}/{j}"]})
-                    window.stop()
-                finally:
-                    client.disconnect()
+        for label, profiles in library_runs(profile):
+            with library_client(flood_argv("stdio"), profiles) as client:
+                client.subscribe_notifications({"resourceSubscriptions": ["file:///bench/warm"]})
+                window = Window()
+                window.start()
+                for j in range(n):
+                    client.subscribe_notifications({"resourceSubscriptions": [f"file:///bench/reg/{i}/{j}"]})
+                window.stop()
             window.report(f"round {i + 1} {label} {n / window.wall:,.0f}/s", n, "registration")
             if profiles:
                 profiles.report(n, "registration")
@@ -258,7 +258,6 @@ def register_case(rounds: int, profile: bool) -> None:
 
 
 def fanout_case(rounds: int, profile: bool) -> None:
-    import exmcp_actors
 
     k, n = 1_000, 200
     for i in range(rounds):
@@ -290,33 +289,22 @@ def fanout_case(rounds: int, profile: bool) -> None:
         finally:
             raw.close()
         window.report(f"round {i + 1} raw {n * k / window.wall:,.0f} deliveries/s", n * k, "delivery")
-        for label, profiles in (
-            ("exmcp_actors", None),
-            ("exmcp_actors, profiled", ThreadProfiles() if profile else None),
-        ):
-            if label.endswith("profiled") and profiles is None:
-                continue
-            with profiles.armed() if profiles else _nothing():
-                client = exmcp_actors.connect(
-                    flood_argv("stdio"), protocol="legacy", reconnect=False, request_timeout=WAIT
+        for label, profiles in library_runs(profile):
+            with library_client(flood_argv("stdio"), profiles, disconnect_timeout=30) as client:
+                listeners = [client.subscribe_notifications({"resourceSubscriptions": [URI]}) for _ in range(k)]
+                gets = [lst.get for lst in listeners]
+                args = {"uri": URI, "count": n}
+                window = Window()
+                window.start()
+                trigger, _ = run_in_thread(
+                    lambda: client.call_tool("flood", args, timeout=WAIT * 3),  # noqa: B023
+                    "bench-trigger",
                 )
-                try:
-                    listeners = [client.subscribe_notifications({"resourceSubscriptions": [URI]}) for _ in range(k)]
-                    gets = [lst.get for lst in listeners]
-                    args = {"uri": URI, "count": n}
-                    window = Window()
-                    window.start()
-                    trigger, _ = run_in_thread(
-                        lambda: client.call_tool("flood", args, timeout=WAIT * 3),  # noqa: B023
-                        "bench-trigger",
-                    )
-                    for _ in range(n):
-                        for get in gets:
-                            get(timeout=WAIT)
-                    trigger.join(WAIT)
-                    window.stop()
-                finally:
-                    client.disconnect(timeout=30)
+                for _ in range(n):
+                    for get in gets:
+                        get(timeout=WAIT)
+                trigger.join(WAIT)
+                window.stop()
             window.report(f"round {i + 1} {label} {n * k / window.wall:,.0f} deliveries/s", n * k, "delivery")
             if profiles:
                 profiles.report(n * k, "delivery")
