@@ -247,52 +247,42 @@ def rows_for(kind: str, n: int, ours: Measured, sdk: Measured, rounds: int) -> l
     label = "Streamable HTTP to one server" if kind == "http" else "stdio, one server process each"
     case = f"{n} clients, {label}"
     start = " (server starts included)" if kind == "stdio" else ""
+
+    def versus(what: str, unit: str, value: float, baseline: float, note: str = "") -> Row:
+        """One figure of ours beside the SDK client's."""
+        return Row(NAME, f"{case}: {what}", value, unit, "SDK client", baseline, note=note)
+
     return [
-        Row(NAME, f"{case}: connect + subscribe all at once{start}", ours.connect_s, "s", "SDK client", sdk.connect_s),
-        Row(
-            NAME,
-            f"{case}: client CPU for connecting all",
-            ours.connect_cpu_s,
+        versus(f"connect + subscribe all at once{start}", "s", ours.connect_s, sdk.connect_s),
+        versus(
+            "client CPU for connecting all",
             "s",
-            "SDK client",
+            ours.connect_cpu_s,
             sdk.connect_cpu_s,
             note="the client process alone, servers aside",
         ),
-        Row(NAME, f"{case}: RSS added once connected", ours.rss_mb, "MB", "SDK client", sdk.rss_mb),
-        Row(NAME, f"{case}: RSS per client", ours.rss_mb * 1024 / n, "KB", "SDK client", sdk.rss_mb * 1024 / n),
-        Row(
-            NAME,
-            f"{case}: threads added once connected",
-            ours.threads,
+        versus("RSS added once connected", "MB", ours.rss_mb, sdk.rss_mb),
+        versus("RSS per client", "KB", ours.rss_mb * 1024 / n, sdk.rss_mb * 1024 / n),
+        versus(
+            "threads added once connected",
             "threads",
-            "SDK client",
+            ours.threads,
             sdk.threads,
             note=f"exmcp_actors: {n} host threads in get() included",
         ),
-        Row(
-            NAME,
-            f"{case}: library threads per client, host threads aside",
-            (ours.threads - n) / n,
-            "threads",
-            "SDK client",
-            sdk.threads / n,
-        ),
-        Row(
-            NAME,
-            f"{case}: one broadcast, trigger to the last client, median of {rounds}",
-            ours.last_ms,
+        versus("library threads per client, host threads aside", "threads", (ours.threads - n) / n, sdk.threads / n),
+        versus(
+            f"one broadcast, trigger to the last client, median of {rounds}",
             "ms",
-            "SDK client",
+            ours.last_ms,
             sdk.last_ms,
             note="lower is better",
         ),
-        Row(NAME, f"{case}: the same, to the first client", ours.first_ms, "ms", "SDK client", sdk.first_ms),
-        Row(
-            NAME,
-            f"{case}: client CPU per broadcast, median",
-            ours.broadcast_cpu_ms,
+        versus("the same, to the first client", "ms", ours.first_ms, sdk.first_ms),
+        versus(
+            "client CPU per broadcast, median",
             "ms",
-            "SDK client",
+            ours.broadcast_cpu_ms,
             sdk.broadcast_cpu_ms,
             note="trigger to the round's report",
         ),
