@@ -29,10 +29,13 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
+
+# Started by path: the repository's root, so ``tests.peers`` (the SDK peer's HTTP serving) imports.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anyio
 import mcp_types as types
@@ -149,36 +152,16 @@ async def run_stdio(server: Server[Any], broadcaster: Broadcaster) -> None:
 
 
 async def run_http(server: Server[Any], broadcaster: Broadcaster, port: int) -> None:
-    import uvicorn
+    # The SDK peer's socket and announcing uvicorn server (``LISTENING <port>``, a quiet stop).
+    from tests.peers.sdk_server import bind_socket, run_uvicorn
 
     app = server.streamable_http_app(session_idle_timeout=None)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY on accepted sockets
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(1024)  # hundreds of clients connect at once
-
-    class Announcing(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            if self.started:
-                print(f"LISTENING {sock.getsockname()[1]}", flush=True)
-
-        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            # Open SSE streams are cancelled after the grace period, which uvicorn logs as errors.
-            for name in ("uvicorn.error", "uvicorn", "sse_starlette"):
-                logging.getLogger(name).setLevel(logging.CRITICAL)
-            await super().shutdown(sockets=sockets)
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            super().handle_exit(sig, frame)
-            self._captured_signals.clear()  # stopped on purpose: exit 0, not -15
-
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=0.5)  # type: ignore[arg-type]
+    sock = bind_socket(port, backlog=1024)  # hundreds of clients connect at once
     try:
         with anyio.open_signal_receiver(signal.SIGUSR1) as updates:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(broadcaster.on_signals, updates)
-                await Announcing(config).serve(sockets=[sock])
+                await run_uvicorn(app, sock)
                 tg.cancel_scope.cancel()
     finally:
         sock.close()

@@ -724,14 +724,15 @@ class _ListeningServer:
         return Announcing(config)
 
 
-def bind_socket(port: int) -> socket.socket:
-    """Bind 127.0.0.1:port ourselves, with SO_REUSEADDR so a restart can reuse the port at once."""
+def bind_socket(port: int, backlog: int = 128) -> socket.socket:
+    """Bind 127.0.0.1:port ourselves, with SO_REUSEADDR so a restart can reuse the port at once
+    (``backlog``: a benchmark's hundreds of clients connect at once)."""
     # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY on accepted sockets only then,
     # and without it every small HTTP response waits ~40 ms for delayed ACKs.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
-    sock.listen(128)
+    sock.listen(backlog)
     sock.set_inheritable(True)
     return sock
 
