@@ -13,7 +13,7 @@ import _thread
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -29,21 +29,6 @@ from tests.waiting import wait_until
 WAIT = 5.0
 A = "file:///a.txt"
 B = "file:///b.txt"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(server: FakeServer) -> Iterator[mcp.Client]:
-    connected = mcp.connect(server.transport(), reconnect=False)
-    try:
-        yield connected
-    finally:
-        connected.disconnect()
 
 
 def state(client: mcp.Client) -> dict[str, Any]:
@@ -334,65 +319,65 @@ def test_what_cannot_tell_is_polled_only_while_it_is_watched() -> None:
 
 
 def test_a_thread_that_watches_for_itself_is_told_of_not_polled_and_its_end_removes_its_listener(
-    client: mcp.Client, server: FakeServer
+    legacy_client: mcp.Client, legacy_server: FakeServer
 ) -> None:
-    parked = Parked(lambda: client.subscribe_notifications({"resourceSubscriptions": [A]}))
-    assert state(client)["liveness"] == {"told": 1, "polled": 0, "polling": 0}
+    parked = Parked(lambda: legacy_client.subscribe_notifications({"resourceSubscriptions": [A]}))
+    assert state(legacy_client)["liveness"] == {"told": 1, "polled": 0, "polling": 0}
     parked.end()
-    server.wait_for("resources/unsubscribe", uri=A)  # the release of a dead subscriber
-    wait_until(lambda: state(client)["entries"] == 0, WAIT, "the dead subscriber's listener removed")
-    assert state(client)["liveness"] == {"told": 0, "polled": 0, "polling": 0}
+    legacy_server.wait_for("resources/unsubscribe", uri=A)  # the release of a dead subscriber
+    wait_until(lambda: state(legacy_client)["entries"] == 0, WAIT, "the dead subscriber's listener removed")
+    assert state(legacy_client)["liveness"] == {"told": 0, "polled": 0, "polling": 0}
 
 
 def test_a_thread_named_by_another_thread_is_polled_and_its_death_still_noticed(
-    client: mcp.Client, server: FakeServer
+    legacy_client: mcp.Client, legacy_server: FakeServer
 ) -> None:
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, args=(60,), daemon=True)
     other.start()
-    client.subscribe_notifications({"resourceSubscriptions": [B]}, subscriber=other)
-    assert state(client)["liveness"] == {"told": 0, "polled": 1, "polling": 1}
+    legacy_client.subscribe_notifications({"resourceSubscriptions": [B]}, subscriber=other)
+    assert state(legacy_client)["liveness"] == {"told": 0, "polled": 1, "polling": 1}
     stop.set()
     other.join(WAIT)
-    server.wait_for("resources/unsubscribe", uri=B)
-    wait_until(lambda: state(client)["liveness"]["polling"] == 0, WAIT, "polling to end with the last polled")
+    legacy_server.wait_for("resources/unsubscribe", uri=B)
+    wait_until(lambda: state(legacy_client)["liveness"]["polling"] == 0, WAIT, "polling to end with the last polled")
 
 
-def test_an_actor_subscriber_is_polled_and_its_stop_removes_its_listener(client: mcp.Client) -> None:
+def test_an_actor_subscriber_is_polled_and_its_stop_removes_its_listener(legacy_client: mcp.Client) -> None:
     class Sink(pykka.ThreadingActor):
         pass
 
     ref = Sink.start()
-    client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=ref)
-    assert state(client)["liveness"]["polled"] == 1
+    legacy_client.subscribe_notifications({"resourceSubscriptions": [A]}, subscriber=ref)
+    assert state(legacy_client)["liveness"]["polled"] == 1
     ref.stop()
-    wait_until(lambda: state(client)["entries"] == 0, WAIT, "the stopped actor's listener removed")
+    wait_until(lambda: state(legacy_client)["entries"] == 0, WAIT, "the stopped actor's listener removed")
 
 
-def test_a_settled_client_holding_a_watch_has_no_timer_armed(client: mcp.Client) -> None:
-    watch = client.watch({"resourceSubscriptions": [A]})
-    found = state(client)
+def test_a_settled_client_holding_a_watch_has_no_timer_armed(legacy_client: mcp.Client) -> None:
+    watch = legacy_client.watch({"resourceSubscriptions": [A]})
+    found = state(legacy_client)
     assert found["timers"] == 0, found  # the stage and probe deadlines went with the settle
     assert found["liveness"]["polling"] == 0
     watch.unsubscribe()
 
 
 def test_the_refcount_worker_starts_only_with_its_first_work_and_then_does_it(
-    client: mcp.Client, server: FakeServer
+    legacy_client: mcp.Client, legacy_server: FakeServer
 ) -> None:
-    listener = client.subscribe_notifications({"resourceSubscriptions": [A]})
-    assert client._worker is not None and client._worker.started is None  # the host subscribed itself
+    listener = legacy_client.subscribe_notifications({"resourceSubscriptions": [A]})
+    assert legacy_client._worker is not None and legacy_client._worker.started is None  # the host subscribed itself
     listener.unsubscribe()
-    assert client._worker.started is None  # and unsubscribed itself
-    parked = Parked(lambda: client.subscribe_notifications({"resourceSubscriptions": [B]}))
+    assert legacy_client._worker.started is None  # and unsubscribed itself
+    parked = Parked(lambda: legacy_client.subscribe_notifications({"resourceSubscriptions": [B]}))
     parked.end()  # a dead subscriber's release is the worker's
-    server.wait_for("resources/unsubscribe", uri=B)
-    assert client._worker.started is not None
-    wait_until(lambda: state(client)["refcount"]["empty"], WAIT, "the release done")
+    legacy_server.wait_for("resources/unsubscribe", uri=B)
+    assert legacy_client._worker.started is not None
+    wait_until(lambda: state(legacy_client)["refcount"]["empty"], WAIT, "the release done")
 
 
-def test_a_client_whose_worker_never_started_disconnects_at_once(server: FakeServer) -> None:
-    client = mcp.connect(server.transport(), reconnect=False)
+def test_a_client_whose_worker_never_started_disconnects_at_once(legacy_server: FakeServer) -> None:
+    client = mcp.connect(legacy_server.transport(), reconnect=False)
     worker = client._worker
     assert worker is not None
     client.disconnect(timeout=WAIT)
