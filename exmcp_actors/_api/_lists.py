@@ -75,6 +75,19 @@ def with_meta(params: dict[str, Any], meta: dict[str, Any] | None) -> dict[str, 
     return {**params, "_meta": {**meta, **(params.get("_meta") or {})}}
 
 
+def page_items(method: str, result: Any) -> list[Any]:
+    """The items of one page of ``method``'s result.
+
+    Raises:
+        ProtocolError: the result has no list of them.
+    """
+    key = ITEMS[method]
+    page = result.get(key) if isinstance(result, dict) else None
+    if not isinstance(page, list):
+        raise ProtocolError(f"{method} result has no {key!r} list: {peer_text(result)}")
+    return page
+
+
 class Page(NamedTuple):
     """One page's raw result, and whether it was a kept copy."""
 
@@ -182,7 +195,6 @@ class ListCalls:
         meta: dict[str, Any] | None,
     ) -> list[Any]:
         """Every page of ``method``; ``kept`` learns, page by page, which were kept copies."""
-        key = ITEMS[method]
         items: list[Any] = []
         cursor: Any = None
         seen: set[Any] = set()
@@ -190,10 +202,7 @@ class ListCalls:
             wait = timeout if deadline is None else _time_left(method, timeout, deadline)
             result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=wait, meta=meta)
             kept.append(was_kept)
-            page = result.get(key) if isinstance(result, dict) else None
-            if not isinstance(page, list):
-                raise ProtocolError(f"{method} result has no {key!r} list: {peer_text(result)}")
-            items.extend(page)
+            items.extend(page_items(method, result))
             cursor = result.get("nextCursor")
             if cursor is None:
                 if method == "tools/list":
@@ -261,9 +270,9 @@ class ListCalls:
             raise TypeError(
                 f"cursor must be a string (a nextCursor the server gave) or None, got {type(cursor).__name__}"
             )
-        result = self._fetch_page(method, cursor, cache=cache, timeout=timeout, meta=check_meta(meta)).result
-        if not isinstance(result, dict) or not isinstance(result.get(ITEMS[method]), list):
-            raise ProtocolError(f"{method} result has no {ITEMS[method]!r} list: {peer_text(result)}")
+        page = self._fetch_page(method, cursor, cache=cache, timeout=timeout, meta=check_meta(meta))
+        result: dict[str, Any] = page.result
+        items = page_items(method, result)  # a dict holding a page of its kind, or a ProtocolError
         if method == "tools/list":  # without the tools the 2026-07-28 x-mcp-header rules exclude
-            result["tools"] = self._run(LearnTools(result["tools"], False))
+            result["tools"] = self._run(LearnTools(items, False))
         return result
