@@ -5,6 +5,7 @@ escaped and bounded; and repeating itself costs the server more than it costs th
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import re
@@ -337,18 +338,23 @@ def test_a_flood_held_across_a_reconnect_costs_the_bound_not_the_flood() -> None
     def held_bytes(flood: int) -> int:
         driver = legacy_in("resubscribing")
         driver.session.listeners.bound = bound
+        gc.collect()
         tracemalloc.start()
         try:
             base = tracemalloc.get_traced_memory()[0]
             for start in range(0, flood, 500):
                 driver.frames(*(notice(LOG, {"level": "info", "data": f"line {n}"}) for n in range(start, start + 500)))
+            gc.collect()  # garbage not yet collected is no backlog
             held = tracemalloc.get_traced_memory()[0] - base
         finally:
             tracemalloc.stop()
         assert driver.session.listeners.held_count == bound
         return held
 
-    small, large = held_bytes(bound * 2), held_bytes(bound * 20)
+    # tracemalloc counts every thread of the process: what another test left running in this
+    # worker can only add to a measurement, so the least of three is the session's own.
+    small = min(held_bytes(bound * 2) for _ in range(3))
+    large = min(held_bytes(bound * 20) for _ in range(3))
     assert large < small * 1.1  # ten times the flood, the same backlog
 
 
