@@ -20,6 +20,8 @@ from ._api._client import Client
 from ._api._config import ConfigError
 from ._api._connect import connect
 from ._api._hub import Hub, HubCatalog, HubWatch
+from ._api._hub_collisions import HubCollision
+from ._api._hub_routing import AmbiguousTool, UnknownTool
 from ._api._listener import Listener
 from ._api._subscription import Subscription, Watch
 from ._api._task import Task
@@ -65,6 +67,7 @@ _redact.install()  # secrets out of our records and our dependencies' (httpx log
 __all__ = [
     "LEGACY_VERSIONS",
     "MODERN_VERSIONS",
+    "AmbiguousTool",
     "Backoff",
     "Catalog",
     "CatalogChanged",
@@ -80,6 +83,7 @@ __all__ = [
     "HttpTransport",
     "Hub",
     "HubCatalog",
+    "HubCollision",
     "HubWatch",
     "ListenRequiresModern",
     "Listener",
@@ -104,6 +108,7 @@ __all__ = [
     "TokenStorage",
     "Transport",
     "TransportError",
+    "UnknownTool",
     "UseListen",
     "Watch",
     "WebSocketTransport",

@@ -2,7 +2,9 @@
 
 Like fastmcp's multi-server ``Client(config)``, but each server keeps its own
 :class:`Client` (nothing is renamed or prefixed): messages and merged catalog
-items say which server they come from.
+items say which server they come from. :meth:`Hub.call_tool` routes ``"server/tool"``
+or a bare tool name (``_hub_routing``); a hub catalog tracks the names more than one
+server has (``_hub_collisions``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from typing import Any, TypeVar
 
 from .._delivery._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from .._delivery._inbox import Inbox, LatestInbox, catalog_key
+from .._delivery._targets import resolve_subscriber
 from .._protocol._errors import Error
-from ._catalog import Catalog
+from ._catalog import KINDS, Catalog
 from ._client import Client
 from ._config import ServerSpec, load_config
 from ._connect import connect, spec_transport
 from ._handle import Handle
+from ._hub_collisions import CollisionFeed
+from ._hub_routing import ListedTools, resolve_tool
+from ._lists import Meta
 
 logger = logging.getLogger("exmcp_actors.hub")
 _G = TypeVar("_G", bound="_Group")
@@ -133,8 +139,21 @@ class HubCatalog(_Group):
 
     ``tools``, ``prompts`` and ``resources`` are the servers' lists concatenated in
     config order, each item a copy with ``"server"`` (the config name) added.
-    The inbox yields each server's :class:`CatalogChanged`.
+    The inbox yields each server's :class:`CatalogChanged`, and a :class:`HubCollision`
+    whenever a name's set of servers changes (see :attr:`collisions`).
     """
+
+    _feed: CollisionFeed | None = None
+
+    def _lists(self, kind: str) -> dict[str, list[dict[str, Any]]]:
+        return {name: getattr(cat, kind) for name, cat in self.handles.items()}
+
+    @property
+    def collisions(self) -> dict[str, dict[str, list[str]]]:
+        """``{"tools": {name: servers}, "prompts": {...}, "resources": {uri: servers}}``: the names
+        more than one server has now (servers sorted; at most ``MAX_TRACKED`` per kind)."""
+        current = self._feed.current if self._feed is not None else {}
+        return {kind: dict(current.get(kind, {})) for kind in KINDS}
 
     def _merged(self, kind: str) -> list[dict[str, Any]]:
         return [{**item, "server": name} for name, cat in self.handles.items() for item in getattr(cat, kind)]
@@ -235,9 +254,44 @@ class Hub:
 
         Its inbox keeps only the newest pending :class:`CatalogChanged` per server and kind.
         """
+        if isinstance(subscriber, threading.Thread):
+            subscriber = None  # a thread reads the hub catalog's inbox
         group = HubCatalog(subscriber, lambda: LatestInbox(catalog_key))
-        group._add(self.clients, lambda client: client.catalog(group.subscriber, timeout))
+        feed = group._feed = CollisionFeed(group, group._lists, resolve_subscriber(group.subscriber).target)
+        group._add(self.clients, lambda client: client.catalog(feed, timeout))
+        feed.start()
         return self._keep(group)
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        progress: Callable[[dict[str, Any]], Any] | None = None,
+        task: bool | dict[str, Any] = False,
+        meta: Meta = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """:meth:`Client.call_tool` on the server ``name`` means: ``"server/tool"`` or ``"tool"``.
+
+        Every split of ``name`` at a ``/`` whose prefix is a server of the hub and whose rest
+        is a tool that server lists is a match; with none, ``name`` as a whole is looked up
+        on every server. The lists are each server's latest ``tools/list`` (a hub catalog's
+        refetches keep them current); a server not listed yet is listed once, within
+        ``timeout``, and one whose listing fails is left out of the search.
+
+        Raises:
+            AmbiguousTool: more than one server has it (``.servers``, ``.choices``).
+            UnknownTool: no server lists it (``.servers`` searched, ``.unlisted``).
+            TypeError, ValueError: ``name`` is not a string, or empty.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, 'server/tool' or 'tool', got {type(name).__name__}")
+        if not name:
+            raise ValueError("name must not be empty: give 'server/tool' or 'tool'")
+        server, tool = resolve_tool(name, list(self.clients), ListedTools(self.clients, timeout))
+        client = self.clients[server]
+        return client.call_tool(tool, arguments, progress=progress, task=task, meta=meta, timeout=timeout)
 
     def _keep(self, group: _G) -> _G:
         with self._lock:

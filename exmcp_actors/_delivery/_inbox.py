@@ -154,7 +154,10 @@ class _Slot:
 
 
 def catalog_key(message: Any) -> Any:
-    """A :class:`CatalogChanged`'s coalescing key: its catalog and kind (None for anything else)."""
+    """The coalescing key of a :class:`CatalogChanged` (its catalog and kind) or of a
+    :class:`HubCollision` (its hub catalog, kind and name); None for anything else."""
     if message[0] == "ex_mcp_catalog_changed":
         return (id(message[1]), message[2])
+    if message[0] == "ex_mcp_hub_collision":
+        return (id(message[1]), message[2], message[3])
     return None

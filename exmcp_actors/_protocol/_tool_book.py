@@ -62,6 +62,8 @@ class ToolBook:
         self.mirrored = False
         #: Tool name -> what its listing said; replaced whole (see the module docstring).
         self.facts: Mapping[str, ToolFacts] = _EMPTY
+        #: A listing was learned (facts may then be empty because the server has no tools).
+        self.listed = False
         self._warned: dict[tuple[str, str], None] = {}
         self._log = RateLimitedLog(logger)
 
@@ -90,6 +92,7 @@ class ToolBook:
             facts[name] = _facts_of(tool)
             kept.append(tool)
         self.facts = MappingProxyType(facts)
+        self.listed = True
         return kept
 
     def _rejected(self, name: str, why: str) -> None:

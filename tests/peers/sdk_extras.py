@@ -14,6 +14,9 @@ each behind a flag so the default peer stays as every other test knows it.
 * ``teardown_listens {reason, answer}``: the server tears every open listen down:
   ``notifications/cancelled`` naming it, then (unless ``answer`` is false) its graceful answer.
 
+``--runtime-tools`` adds ``add_tool {name}`` and ``remove_tool {name}``, which register or
+drop a tool ``name`` (calling it answers its name) and then send ``tools/list_changed``.
+
 ``stats`` then also reports ``runs`` (per extra tool) and ``posts`` (per target, HTTP).
 ``--cache-ttl-ms MS`` (with ``--cache-scope``) puts those cache hints on every list result.
 """
@@ -75,6 +78,19 @@ EXTRA_TOOLS: list[types.Tool] = [
     ),
 ]
 _NAMES = frozenset(["route", *(tool.name for tool in EXTRA_TOOLS)])
+RUNTIME_TOOLS: list[types.Tool] = [
+    types.Tool(
+        name="add_tool",
+        description="Registers a tool `name`, then tools/list_changed.",
+        input_schema=_object({"name": {"type": "string"}}),
+    ),
+    types.Tool(
+        name="remove_tool",
+        description="Drops the tool `name` add_tool made, then tools/list_changed.",
+        input_schema=_object({"name": {"type": "string"}}),
+    ),
+]
+_RUNTIME_NAMES = frozenset(tool.name for tool in RUNTIME_TOOLS)
 
 
 @dataclass
@@ -82,6 +98,9 @@ class Extras:
     """The peer's state for these additions."""
 
     enabled: bool = False
+    #: --runtime-tools: add_tool / remove_tool, and the tools they added (in order).
+    runtime: bool = False
+    added: list[str] = field(default_factory=list)
     #: Cache hints put on every list result (None: the SDK's default, ttlMs 0).
     cache_ttl_ms: int | None = None
     cache_scope: str = "public"
@@ -93,7 +112,13 @@ class Extras:
     drops: dict[str, int] = field(default_factory=dict)
 
     def tools(self, base: list[types.Tool]) -> list[types.Tool]:
-        return [*base, _route(self.region_header), *EXTRA_TOOLS] if self.enabled else base
+        tools = [*base, _route(self.region_header), *EXTRA_TOOLS] if self.enabled else list(base)
+        if self.runtime:
+            added = [
+                types.Tool(name=name, description="Added at run time.", input_schema=_object({})) for name in self.added
+            ]
+            tools += [*RUNTIME_TOOLS, *added]
+        return tools
 
     def hinted(self, result: Any) -> Any:
         """``result`` with the configured cache hints."""
@@ -102,12 +127,25 @@ class Extras:
         return result.model_copy(update={"ttl_ms": self.cache_ttl_ms, "cache_scope": self.cache_scope})
 
     def serves(self, name: str) -> bool:
-        return self.enabled and name in _NAMES
+        return (self.enabled and name in _NAMES) or (self.runtime and (name in _RUNTIME_NAMES or name in self.added))
+
+    def changes_tools(self, name: str) -> bool:
+        """Calling ``name`` changed the tools list (the caller sends tools/list_changed)."""
+        return self.runtime and name in _RUNTIME_NAMES
 
     async def call(self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any) -> str:
         """Run an extra tool; returns its text. ``listens``: the open listen records
         (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``."""
         self.runs[name] = self.runs.get(name, 0) + 1
+        if name in self.added:
+            return name
+        if name == "add_tool" or name == "remove_tool":
+            tool = str(args["name"])
+            if name == "add_tool" and tool not in self.added:
+                self.added.append(tool)
+            elif name == "remove_tool" and tool in self.added:
+                self.added.remove(tool)
+            return json.dumps(self.added)
         if name == "route":
             return json.dumps(dict(args), sort_keys=True)
         if name in ("bump", "peek"):

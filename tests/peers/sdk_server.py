@@ -6,7 +6,8 @@ Run it as::
                                      [--silent-probe] [--refuse-subscribe URI]... [--subscribe-delay URI=SECONDS]...
                                      [--event-store] [--retry-ms MS] [--listen-buffer N]
                                      [--unknown-session-400] [--bind-on-stdin]
-                                     [--extra-tools] [--cache-ttl-ms MS] [--cache-scope public|private]
+                                     [--extra-tools] [--runtime-tools]
+                                     [--cache-ttl-ms MS] [--cache-scope public|private]
 
 or by path (``python tests/peers/sdk_server.py ...``), which works from any cwd.
 
@@ -567,7 +568,10 @@ def build_server(
                 listen_handler.close()
             return _text(json.dumps({"closed": open_ids}))
         if state.extras.serves(name):
-            return _text(await state.extras.call(name, args, state.listens.values(), listen_handler))
+            text = await state.extras.call(name, args, state.listens.values(), listen_handler)
+            if state.extras.changes_tools(name):
+                await deliver(ToolsListChanged(), unsubscribed_too=False)
+            return _text(text)
         if name == "configure":
             state.refuse_subscribe.update(args.get("refuse_subscribe") or [])
             state.refuse_subscribe.difference_update(args.get("allow_subscribe") or [])
@@ -931,6 +935,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="add the tools of the 2026-07-28 client tests (x-mcp-header, idempotent, drop_next, teardown_listens)",
     )
+    p.add_argument(
+        "--runtime-tools",
+        action="store_true",
+        help="add add_tool / remove_tool, which change the tools list at run time (then tools/list_changed)",
+    )
     p.add_argument("--cache-ttl-ms", type=int, default=None, help="ttlMs on every list result")
     p.add_argument("--cache-scope", choices=["public", "private"], default="public", help="cacheScope with it")
     p.add_argument("--log-level", default="WARNING")
@@ -949,7 +958,12 @@ def main(argv: list[str] | None = None) -> int:
         listen_buffer=args.listen_buffer,
         refuse_subscribe=set(args.refuse_subscribe),
         subscribe_delay=dict(args.subscribe_delay),
-        extras=Extras(enabled=args.extra_tools, cache_ttl_ms=args.cache_ttl_ms, cache_scope=args.cache_scope),
+        extras=Extras(
+            enabled=args.extra_tools,
+            runtime=args.runtime_tools,
+            cache_ttl_ms=args.cache_ttl_ms,
+            cache_scope=args.cache_scope,
+        ),
     )
     server, _listen, _bus = build_server(state)
 
