@@ -139,6 +139,8 @@ def test_collisions_are_bounded_and_unread_messages_coalesce(caplog: pytest.LogC
             first._publish("tools", shared)  # as its worker does after each refetch
             second._publish("tools", shared)
             assert catalog.collisions["tools"] == {"x": ["a", "b"]}
+            catalog.collisions["tools"]["x"].append("mine")  # a copy: the host may change it
+            assert catalog.collisions["tools"] == {"x": ["a", "b"]}
             for _ in range(1000):  # x leaves b and comes back, nobody reading
                 second._publish("tools", [])
                 second._publish("tools", shared)

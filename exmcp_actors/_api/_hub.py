@@ -153,7 +153,7 @@ class HubCatalog(_Group):
         """``{"tools": {name: servers}, "prompts": {...}, "resources": {uri: servers}}``: the names
         more than one server has now (servers sorted; at most ``MAX_TRACKED`` per kind)."""
         current = self._feed.current if self._feed is not None else {}
-        return {kind: dict(current.get(kind, {})) for kind in KINDS}
+        return {kind: {name: list(servers) for name, servers in current.get(kind, {}).items()} for kind in KINDS}
 
     def _merged(self, kind: str) -> list[dict[str, Any]]:
         return [{**item, "server": name} for name, cat in self.handles.items() for item in getattr(cat, kind)]

@@ -72,8 +72,9 @@ class CollisionFeed:
         self._draining = False
         self._ready = False
         self._log = RateLimitedLog(logger)
-        #: kind -> name -> sorted servers (two or more); each inner dict replaced whole.
-        self.current: dict[str, dict[str, list[str]]] = {kind: {} for kind in KINDS}
+        #: kind -> name -> sorted servers (two or more); each inner dict replaced whole, and
+        #: tuples, so nothing handed to the host shares a list with it.
+        self.current: dict[str, dict[str, tuple[str, ...]]] = {kind: {} for kind in KINDS}
 
     def start(self) -> None:
         """Every catalog is made: take the collisions as they are now (no messages for these)."""
@@ -116,10 +117,10 @@ class CollisionFeed:
             )
             colliding = colliding[:MAX_TRACKED]
         old = self.current[kind]
-        new = {name: sorted(owners[name]) for name in colliding}
+        new = {name: tuple(sorted(owners[name])) for name in colliding}
         self.current[kind] = new
         changed = [
-            HubCollision(HUB_COLLISION, self._owner, kind, name, new[name])
+            HubCollision(HUB_COLLISION, self._owner, kind, name, list(new[name]))
             for name in colliding
             if old.get(name) != new[name]
         ]
