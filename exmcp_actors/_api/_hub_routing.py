@@ -2,7 +2,8 @@
 
 ``name`` is ``"server/tool"`` or a bare ``"tool"``. Every split at a ``/`` whose prefix is
 a server of the hub and whose rest is a tool that server lists is a match; only when no
-split matches is the whole name looked up as a tool on every server. The lists are each
+split matches is the whole name looked up as a tool on every server (2025-11-25 tool names
+SHOULD have no ``/``; every split is tried for those that do). The lists are each
 client's latest ``tools/list`` (its tool book, which every listing feeds, a hub catalog's
 refetches too); a server never listed yet is listed once.
 """
