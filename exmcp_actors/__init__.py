@@ -46,6 +46,7 @@ from ._protocol._errors import (
 from ._protocol._messages import (
     Closed,
     Notification,
+    RawNotification,
     Reconnected,
     SubscriptionClosed,
     SubscriptionEvent,
@@ -90,6 +91,7 @@ __all__ = [
     "OAuth",
     "OutcomeUnknown",
     "ProtocolError",
+    "RawNotification",
     "Reconnected",
     "RequestError",
     "RequestTimeout",

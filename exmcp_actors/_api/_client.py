@@ -313,7 +313,7 @@ class Client(ServerCalls, CatalogCalls):
             FilterError, NotConnected, ListenRequiresModern, SubscriberNotAlive,
             ProtocolError (a wider acknowledgment), RequestError, RequestTimeout.
         """
-        flt = normalize_filter(filter, allow_tasks=True)
+        flt = normalize_filter(filter, allow_tasks=True, allow_methods=False)
         handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="subscription")
         assert isinstance(handle, Subscription)
         return handle
@@ -391,7 +391,7 @@ class Client(ServerCalls, CatalogCalls):
         :meth:`subscribe_notifications`.
         """
         if self.era == "modern":
-            flt = normalize_filter(filter, allow_tasks=True)
+            flt = normalize_filter(filter, allow_tasks=True, allow_methods=False)
             handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="watch")
         else:
             flt = normalize_filter(filter)

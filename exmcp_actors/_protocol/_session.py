@@ -269,6 +269,7 @@ class Session:
         if method == CANCELLED and self.subscriptions.cancelled_by_server(params):
             return
         if method in SESSION_NOTIFICATIONS and self.host.on_notification(method, params):
+            self.listeners.consumed(method, params)
             return
         if method == LOG_MESSAGE and self.era == "modern" and subscription_id_of(params) is None:
             self.subscriptions.log_message(params)
