@@ -48,6 +48,7 @@ from ._protocol._errors import (
 from ._protocol._messages import (
     Closed,
     Notification,
+    RawNotification,
     Reconnected,
     SubscriptionClosed,
     SubscriptionEvent,
@@ -94,6 +95,7 @@ __all__ = [
     "OAuth",
     "OutcomeUnknown",
     "ProtocolError",
+    "RawNotification",
     "Reconnected",
     "RequestError",
     "RequestTimeout",

@@ -183,3 +183,21 @@ def test_events_outside_the_acknowledged_filter_are_logged_at_a_bounded_rate(cap
         driver.frames(*[updated("file:///elsewhere", stamp=listen_id) for _ in range(5_000)])
     assert driver.received(handle) == []
     assert len([r for r in caplog.records if "outside the acknowledged filter" in r.getMessage()]) == 1
+
+
+def test_raw_notifications_are_held_across_the_reconnect_and_follow_the_report_in_wire_order() -> None:
+    custom, progress = "com.example/ping", "notifications/progress"
+    driver, [listener] = paused({"toolsListChanged": True, "methods": [custom, progress]})
+    driver.frames(
+        notice(custom, {"n": 1}),
+        tools_changed(2),
+        notice(progress, {"progressToken": "t", "progress": 3}),
+        notice("com.example/unnamed", {"n": 4}),
+    )
+    report(driver)
+    raw = [m.RawNotification(m.RAW_NOTIFICATION, listener, custom, {"n": 1})]
+    assert after_reconnected(driver, listener) == [
+        *raw,
+        event(listener, TOOLS_CHANGED, {"n": 2}),
+        m.RawNotification(m.RAW_NOTIFICATION, listener, progress, {"progressToken": "t", "progress": 3}),
+    ]

@@ -28,6 +28,7 @@ from .._protocol._errors import (
     UseListen,
 )
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
+from .._protocol._extensions import with_tasks_extension
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
 from .._protocol._host_checks import (
     LOG_LEVELS,
@@ -36,7 +37,6 @@ from .._protocol._host_checks import (
     created_task,
     misplaced_task,
     tasks_advertised,
-    with_tasks_extension,
 )
 from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text

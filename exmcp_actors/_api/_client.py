@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from concurrent.futures import Future
@@ -28,6 +29,7 @@ from .._protocol._events import (
     RegisterListener,
     RemoveHandle,
 )
+from .._protocol._extensions import server_extensions
 from .._protocol._filters import PROMPTS, RESOURCES, TOOLS, NotificationFilter, normalize_filter
 from .._protocol._jsonrpc import RequestBuilder
 from .._runtime._client_actor import Disconnect, InspectClient
@@ -105,6 +107,12 @@ class Client(ServerCalls, CatalogCalls):
     @property
     def server_capabilities(self) -> dict[str, Any]:
         return self._shared.server_capabilities
+
+    @property
+    def server_extensions(self) -> dict[str, Any]:
+        """The extensions (SEP-2133) the server declared, ``{identifier: settings}``, from its
+        ``initialize`` result or ``server/discover``: a copy, ``{}`` when it declared none."""
+        return copy.deepcopy(server_extensions(self._shared.server_capabilities))
 
     @property
     def instructions(self) -> str | None:
@@ -305,7 +313,7 @@ class Client(ServerCalls, CatalogCalls):
             FilterError, NotConnected, ListenRequiresModern, SubscriberNotAlive,
             ProtocolError (a wider acknowledgment), RequestError, RequestTimeout.
         """
-        flt = normalize_filter(filter, allow_tasks=True)
+        flt = normalize_filter(filter, allow_tasks=True, allow_methods=False)
         handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="subscription")
         assert isinstance(handle, Subscription)
         return handle
@@ -383,7 +391,7 @@ class Client(ServerCalls, CatalogCalls):
         :meth:`subscribe_notifications`.
         """
         if self.era == "modern":
-            flt = normalize_filter(filter, allow_tasks=True)
+            flt = normalize_filter(filter, allow_tasks=True, allow_methods=False)
             handle = self._open_subscription(flt, subscriber, timeout, max_pending, kind="watch")
         else:
             flt = normalize_filter(filter)

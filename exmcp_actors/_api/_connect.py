@@ -18,6 +18,7 @@ from .._auth import OAuth
 from .._protocol._backoff import Backoff
 from .._protocol._config import SessionConfig
 from .._protocol._errors import ConnectError
+from .._protocol._extensions import check_extensions
 from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode, check_discover_result
 from .._protocol._host_checks import check_roots
 from .._protocol._jsonrpc import RequestBuilder
@@ -138,6 +139,8 @@ def connect(
     name: str | None = None,
     auth: OAuth | None = None,
     discover_result: dict[str, Any] | None = None,
+    extensions: dict[str, dict[str, Any]] | None = None,
+    on_request: Any = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
 
@@ -169,6 +172,11 @@ def connect(
         discover_result: a ``server/discover`` result kept from an earlier connection
             (:attr:`Client.discover_result`): the first connection adopts it with no round trip
             (``auto`` or ``modern``); a reconnect probes afresh.
+        extensions: ``{"com.example/name": settings_dict}``: the extensions (SEP-2133) the client
+            declares, in ``initialize`` (legacy) or every request's client capabilities (2026-07-28).
+        on_request: ``fn(method, params) -> result dict``: answer the server requests the library
+            does not know (without it they get -32601). It runs on the host pool; if it raises,
+            the server gets a generic -32603 and the exception is logged.
 
     Raises:
         ConnectError: the transport could not be opened or the handshake failed.
@@ -197,10 +205,15 @@ def connect(
     for what, handler in (("sampling", sampling), ("elicitation", elicitation)):
         if handler is not None and not callable(handler):
             raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
+    if on_request is not None and not callable(on_request):
+        raise TypeError(f"on_request must be a callable fn(method, params) -> dict, got {type(on_request).__name__}")
+    checked_extensions = check_extensions(extensions) if extensions is not None else {}
     checked_roots = check_roots(roots) if roots is not None else []
     built = make_transport(transport, env=env, cwd=cwd, inherit_env=inherit_env, name=name, auth=auth)
     name = name or f"c{next(_client_numbers)}"
-    host = HostRuntime(name, sampling, elicitation, roots is not None)
+    host = HostRuntime(
+        name, sampling, elicitation, roots is not None, on_request=on_request, extensions=checked_extensions
+    )
     host.roots = checked_roots
     session = SessionConfig(
         mode=protocol,

@@ -20,10 +20,15 @@ RESOURCES = "resourcesListChanged"
 LOG_MESSAGES = "logMessages"
 RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
 TASK_IDS = "taskIds"
+#: Raw hooks: notification methods delivered as they come, known or not (legacy listeners and watches).
+METHODS = "methods"
+#: Bounds on ``methods``: the filter rides in every dispatch, and a method is a short name.
+MAX_METHODS = 64
+MAX_METHOD_LENGTH = 256
 
 CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES, LOG_MESSAGES)
 WIRE_CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES)
-FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS))
+FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS, METHODS))
 
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed"
@@ -71,11 +76,13 @@ class NotificationFilter:
         categories: the enabled list_changed keys, in canonical order.
         uris: resource URIs, de-duplicated in first-seen order.
         task_ids: task ids (modern peers only), de-duplicated in first-seen order.
+        methods: notification methods delivered raw (legacy only), de-duplicated in first-seen order.
     """
 
     categories: frozenset[str] = frozenset()
     uris: tuple[str, ...] = ()
     task_ids: tuple[str, ...] | None = None
+    methods: tuple[str, ...] = ()
 
     def as_dict(self, *, wire: bool = False) -> dict[str, Any]:
         """The normalized filter as a dict: false categories dropped. ``wire``: as
@@ -86,6 +93,8 @@ class NotificationFilter:
             result[RESOURCE_SUBSCRIPTIONS] = list(self.uris)
         if self.task_ids is not None:
             result[TASK_IDS] = list(self.task_ids)
+        if self.methods and not wire:
+            result[METHODS] = list(self.methods)
         return result
 
     def enables(self, method: str, params: Any, *, sub_resources: bool = False) -> bool:
@@ -131,12 +140,13 @@ def _string_list(value: Any, key: str, element_reason: str) -> tuple[str, ...]:
     return _dedupe(value)
 
 
-def normalize_filter(raw: Any, *, allow_tasks: bool = False) -> NotificationFilter:
+def normalize_filter(raw: Any, *, allow_tasks: bool = False, allow_methods: bool = True) -> NotificationFilter:
     """Validate and normalize a host-supplied filter.
 
     Args:
         raw: what the host passed.
         allow_tasks: True on a modern peer, where ``taskIds`` is meaningful.
+        allow_methods: False for a ``subscriptions/listen``, whose filter the server applies.
 
     Raises:
         FilterError: with ``.reason`` naming what was wrong.
@@ -172,9 +182,32 @@ def normalize_filter(raw: Any, *, allow_tasks: bool = False) -> NotificationFilt
                 "taskIds needs a peer that speaks MCP 2026-07-28",
                 reason="task_subscriptions_require_mcp_2026_07_28",
             )
-    if not categories and not uris and not task_ids:
+    methods = _methods(raw[METHODS], allow_methods) if METHODS in raw else ()
+    if not categories and not uris and not task_ids and not methods:
         raise FilterError("the filter enables nothing", reason="empty_subscription_filter")
-    return NotificationFilter(frozenset(categories) if categories else _NO_CATEGORIES, uris, task_ids)
+    return NotificationFilter(frozenset(categories) if categories else _NO_CATEGORIES, uris, task_ids, methods)
+
+
+def _methods(value: Any, allowed: bool) -> tuple[str, ...]:
+    methods = _string_list(value, METHODS, "invalid_method_subscription")
+    if len(methods) > MAX_METHODS:
+        raise FilterError(
+            f"{METHODS} names {len(methods)} methods; at most {MAX_METHODS} are taken",
+            reason="invalid_method_subscription",
+        )
+    for method in methods:
+        if len(method) > MAX_METHOD_LENGTH:
+            raise FilterError(
+                f"{METHODS} entries must be at most {MAX_METHOD_LENGTH} characters, got one of {len(method)}",
+                reason="invalid_method_subscription",
+            )
+    if not allowed:
+        raise FilterError(
+            f"{METHODS} is for listeners and watches of MCP 2024-11-05 .. 2025-11-25 peers, "
+            "not for a subscriptions/listen, whose filter the server applies",
+            reason="methods_require_legacy_listener",
+        )
+    return methods
 
 
 def filter_from_wire(raw: Any) -> NotificationFilter | None:

@@ -9,9 +9,10 @@ server embeds the same payloads in an ``input_required`` result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ._extensions import TASKS_EXTENSION
 from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._peer_text import peer_text
 
@@ -37,11 +38,15 @@ TERMINAL_TASK_STATES: frozenset[str] = frozenset(("completed", "failed", "cancel
 
 @dataclass(frozen=True, slots=True)
 class HostAbilities:
-    """Which server requests the host answers (it gave the handler, or roots)."""
+    """Which server requests the host answers (it gave the handler, or roots), and the
+    extensions it declares (checked by ``_extensions.check_extensions``)."""
 
     sampling: bool = False
     elicitation: bool = False
     roots: bool = False
+    #: ``connect(on_request=)``: the host answers server requests the library does not know.
+    custom: bool = False
+    extensions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def capabilities(self) -> dict[str, Any]:
         """The client capabilities to advertise (``initialize`` and the modern ``_meta``)."""
@@ -59,6 +64,8 @@ class HostAbilities:
             requests["elicitation"] = {"create": {}}
         if requests:  # the server may send these as tasks (MCP 2025-11-25), see _host_tasks
             caps["tasks"] = {"list": {}, "cancel": {}, "requests": requests}
+        if self.extensions:
+            caps["extensions"] = dict(self.extensions)
         return caps
 
     def answers(self, method: str) -> bool:
@@ -67,18 +74,6 @@ class HostAbilities:
             or (method == ELICITATION and self.elicitation)
             or (method == ROOTS and self.roots)
         )
-
-
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-
-
-def with_tasks_extension(capabilities: dict[str, Any], wanted: bool) -> dict[str, Any]:
-    """2026-07-28: a request about tasks (a ``taskIds`` listen, a task-augmented call) declares
-    the tasks extension in its client capabilities (a server refuses it with -32021 otherwise)."""
-    if not wanted:
-        return capabilities
-    extensions = {**capabilities.get("extensions", {}), TASKS_EXTENSION: {}}
-    return {**capabilities, "extensions": extensions}
 
 
 def tasks_advertised(capabilities: dict[str, Any], era: str | None) -> bool:
@@ -145,7 +140,7 @@ def finish_answer(method: str, params: dict[str, Any], result: Any) -> tuple[dic
     when it is unusable (not a dict). An accepted elicitation gets the schema's defaults for
     the fields the handler left out (SEP-1034)."""
     if not isinstance(result, dict):
-        return None, f"the {method} handler returned {type(result).__name__}, not a dict"
+        return None, f"the {peer_text(method)} handler returned {type(result).__name__}, not a dict"
     if method == ELICITATION and result.get("action") == "accept":
         schema = params.get("requestedSchema")
         properties = schema.get("properties") if isinstance(schema, dict) else None

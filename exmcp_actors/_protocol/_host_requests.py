@@ -21,6 +21,7 @@ from . import _jsonrpc as rpc
 from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._host_checks import (
     CANCELLED,
+    HOST_METHODS,
     PROGRESS,
     ROOTS,
     ROOTS_CHANGED,
@@ -41,6 +42,8 @@ logger = logging.getLogger("exmcp_actors")
 WARN_INTERVAL = 5.0
 #: Server requests waiting for a host handler at once; more get -32603 at once.
 MAX_IN_HANDLERS = 64
+#: Server requests the library itself knows: never handed to ``on_request``.
+KNOWN_METHODS: frozenset[str] = frozenset(("ping", *HOST_METHODS, *TASK_METHODS))
 #: The in-handler key of a task-augmented request: (TASK_KEY, task id), never a JSON-RPC id.
 TASK_KEY = "task"
 
@@ -67,7 +70,7 @@ class HostRequests:
             self.tasks.on_request(msg)
             return True
         if not self.abilities.answers(method):
-            return False
+            return self._custom(msg, generation)
         params = {} if msg.params is None else msg.params  # roots/list may come without params
         why = check_request(method, params)
         if why is not None:
@@ -89,6 +92,21 @@ class HostRequests:
                 params = {name: value for name, value in params.items() if name != "task"}
             self.in_handler[key] = (method, params)
             self.effects.do(ev.RunHostHandler(method, key, params, generation))
+        return True
+
+    def _custom(self, msg: rpc.ServerRequest, generation: int) -> bool:
+        """A request the library does not know goes to ``on_request``; False without one (or for
+        a method the library knows but this host does not answer: -32601 as ever)."""
+        if not self.abilities.custom or msg.method in KNOWN_METHODS:
+            return False
+        if msg.params is not None and not isinstance(msg.params, dict):
+            self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, "params must be an object"))
+        elif len(self.in_handler) >= MAX_IN_HANDLERS:
+            self.effects.send(rpc.error_frame(msg.id, rpc.INTERNAL_ERROR, "the client is busy with other requests"))
+        else:
+            params = {} if msg.params is None else msg.params
+            self.in_handler[msg.id] = (msg.method, params)
+            self.effects.do(ev.RunHostHandler(msg.method, msg.id, params, generation))
         return True
 
     def answered(self, message: ev.HostAnswered, current_generation: int) -> None:

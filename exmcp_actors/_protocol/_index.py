@@ -28,6 +28,7 @@ class ListenerIndex(Generic[T]):
     def __init__(self) -> None:
         self._by_category: dict[str, dict[Hashable, T]] = {}
         self._by_uri: dict[str, dict[Hashable, T]] = {}
+        self._by_method: dict[str, dict[Hashable, T]] = {}
         self._filters: dict[Hashable, NotificationFilter] = {}
 
     def __len__(self) -> int:
@@ -45,6 +46,8 @@ class ListenerIndex(Generic[T]):
             self._by_category.setdefault(category, {})[key] = entry
         for uri in flt.uris:
             self._by_uri.setdefault(uri, {})[key] = entry
+        for method in flt.methods:
+            self._by_method.setdefault(method, {})[key] = entry
 
     def remove(self, key: Hashable) -> None:
         """Remove an entry; unknown keys are ignored."""
@@ -55,17 +58,30 @@ class ListenerIndex(Generic[T]):
             _discard(self._by_category, category, key)
         for uri in flt.uris:
             _discard(self._by_uri, uri, key)
+        for method in flt.methods:
+            _discard(self._by_method, method, key)
 
     def reached(self, method: str, params: Any) -> Iterable[T]:
         """The entries a legacy notification reaches (the filter is authoritative), in
         registration order. A view, not a copy: valid until the index next changes."""
+        bucket = self._bucket(method, params)
+        return bucket.values() if bucket else ()
+
+    def reached_raw(self, method: str, params: Any) -> list[T]:
+        """The entries whose ``methods`` name ``method`` and that :meth:`reached` does not reach
+        already (one message per listener), in registration order."""
+        named = self._by_method.get(method)
+        if not named:
+            return []
+        covered = self._bucket(method, params)
+        return [entry for key, entry in named.items() if not covered or key not in covered]
+
+    def _bucket(self, method: str, params: Any) -> dict[Hashable, T] | None:
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if type(params) is dict else None
-            bucket = self._by_uri.get(uri) if type(uri) is str else None
-        else:
-            category = CATEGORY_OF_METHOD.get(method)
-            bucket = self._by_category.get(category) if category is not None else None
-        return bucket.values() if bucket else ()
+            return self._by_uri.get(uri) if type(uri) is str else None
+        category = CATEGORY_OF_METHOD.get(method)
+        return self._by_category.get(category) if category is not None else None
 
 
 class Index(Protocol):
@@ -81,6 +97,8 @@ class Index(Protocol):
     def remove(self, key: Any) -> None: ...
 
     def reached(self, method: str, params: Any) -> Any: ...
+
+    def reached_raw(self, method: str, params: Any) -> list[Any]: ...
 
 
 def _discard(buckets: dict[str, dict[Hashable, T]], name: str, key: Hashable) -> None:
@@ -125,13 +143,21 @@ def for_a_subscription(method: str, params: dict[str, Any]) -> bool:
     return method == ACK_METHOD or subscription_id_of(params) is not None
 
 
-def dispatch(index: Index, method: str, params: dict[str, Any], out: dict[Any, list[Any]]) -> None:
-    """Queue a legacy notification for every listener the index says it reaches.
+def dispatch(
+    index: Index, method: str, params: dict[str, Any], out: dict[Any, list[Any]], *, raw_only: bool = False
+) -> None:
+    """Queue a legacy notification for every listener the index says it reaches (``raw_only``:
+    only those whose ``methods`` name it, for a notification the session itself consumed).
 
     Entries carry ``route`` (where their messages go) and ``handle``."""
-    for entry in index.reached(method, params):
-        items = out.get(entry.route)
-        if items is None:
-            items = out[entry.route] = []
-        # Indexed entries are legacy listeners and watches: always a Notification.
-        items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
+    if not raw_only:
+        for entry in index.reached(method, params):
+            items = out.get(entry.route)
+            if items is None:
+                items = out[entry.route] = []
+            # Indexed entries are legacy listeners and watches: always a Notification.
+            items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
+    for entry in index.reached_raw(method, params):
+        out.setdefault(entry.route, []).append(
+            _new_tuple(m.RawNotification, (m.RAW_NOTIFICATION, entry.handle, method, params))
+        )

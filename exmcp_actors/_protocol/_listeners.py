@@ -33,7 +33,7 @@ from typing import Any, Final
 from . import _messages as m
 from ._errors import NotConnected, SubscriberNotAlive
 from ._events import ResubscribeReport
-from ._filters import FILTERABLE_METHODS, NotificationFilter, signal_key
+from ._filters import FILTERABLE_METHODS, LOG_MESSAGE, NotificationFilter, signal_key
 from ._index import dispatch
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
@@ -118,7 +118,8 @@ class Listeners:
                 self._at_loss[handle_id] = None
 
     def hold(self, method: str, params: dict[str, Any]) -> None:
-        if method not in FILTERABLE_METHODS:
+        index = self._registry.index
+        if method not in FILTERABLE_METHODS and not index.reached_raw(method, params):
             return
         held = self._held
         if self.pause is Pause.HELD:
@@ -136,8 +137,16 @@ class Listeners:
                 self._signal_at[key] = len(held)
                 held.append((method, params))
                 return
-        for entry in self._registry.index.reached(method, params):
+        for entry in (*index.reached(method, params), *index.reached_raw(method, params)):
             self._missed.setdefault(entry.handle.id, len(held))
+
+    def consumed(self, method: str, params: dict[str, Any]) -> None:
+        """A notification the session itself took (progress, a cancellation, a malformed one)
+        still reaches the listeners whose ``methods`` name it, in order with the rest."""
+        if self.pause is Pause.NONE:
+            dispatch(self._registry.index, method, params, self._registry.out, raw_only=True)
+        elif method != LOG_MESSAGE:  # a consumed log message is malformed: no logMessages listener takes it
+            self.hold(method, params)
 
     def _reach_the_bound(self) -> None:
         self.pause = checked_move(PAUSE_MOVES, self.pause, Pause.FULL)

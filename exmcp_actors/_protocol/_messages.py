@@ -3,6 +3,7 @@ so both tuple patterns and attribute access work::
 
     match msg:
         case ("ex_mcp_notification", listener, method, params): ...
+        case ("ex_mcp_raw_notification", listener, method, params): ...
         case mcp.Closed(reason=reason): ...
 """
 
@@ -18,6 +19,19 @@ class Notification(NamedTuple):
     #: The Listener (or Watch) it was delivered for.
     listener: Any
     #: The notification method, e.g. ``"notifications/resources/updated"``.
+    method: str
+    #: The notification params (``{}`` when the server sent none).
+    params: dict[str, Any]
+
+
+class RawNotification(NamedTuple):
+    """A server notification whose method a listener's ``methods`` names, delivered as it came
+    (known or not, checked only to be a notification with object params)."""
+
+    tag: Literal["ex_mcp_raw_notification"]
+    #: The Listener (or Watch) it was delivered for.
+    listener: Any
+    #: The notification method, e.g. ``"notifications/com.example/progress"``.
     method: str
     #: The notification params (``{}`` when the server sent none).
     params: dict[str, Any]
@@ -71,6 +85,7 @@ class SubscriptionClosed(NamedTuple):
 
 
 NOTIFICATION: Final = "ex_mcp_notification"
+RAW_NOTIFICATION: Final = "ex_mcp_raw_notification"
 RECONNECTED: Final = "ex_mcp_notification_reconnected"
 CLOSED: Final = "ex_mcp_notification_closed"
 SUBSCRIPTION: Final = "ex_mcp_subscription"

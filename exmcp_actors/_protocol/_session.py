@@ -269,7 +269,7 @@ class Session:
         if method == CANCELLED and self.subscriptions.cancelled_by_server(params):
             return
         if method in SESSION_NOTIFICATIONS and self.host.on_notification(method, params):
-            return
+            return self.listeners.consumed(method, params)  # taken, yet a raw hook may name it
         if method == LOG_MESSAGE and self.era == "modern" and subscription_id_of(params) is None:
             self.subscriptions.log_message(params)
         elif for_a_subscription(method, params):

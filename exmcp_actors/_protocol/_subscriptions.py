@@ -34,9 +34,9 @@ from ._errors import (
     error_term,
 )
 from ._events import ArmTimer, CancelOnWire, CancelSubscription, Effects, FetchSnapshot, Relisten, ResyncDone
+from ._extensions import with_tasks_extension
 from ._filters import FILTERABLE_METHODS, LOG_MESSAGE, LOG_MESSAGES, NotificationFilter, filter_from_wire
 from ._handshake import META_SUBSCRIPTION_ID, with_modern_meta
-from ._host_checks import with_tasks_extension
 from ._index import ACK_METHOD
 from ._jsonrpc import METHOD_NOT_FOUND, Answer, ErrorResponse, RequestBuilder, RequestFailed, Response
 from ._peer_text import peer_text

@@ -14,19 +14,25 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
 from .._protocol._peer_text import peer_text
+from .._protocol._ratelog import RateLimitedLog
 
 logger = logging.getLogger("exmcp_actors")
 
 Handler = Callable[[dict[str, Any]], Any]
+#: ``on_request(method, params) -> result dict``.
+RequestHandler = Callable[[str, dict[str, Any]], Any]
 _STOP = object()
 #: Statuses of task ids with no handle yet, kept for that many tasks.
 MAX_EARLY_TASKS = 64
 T = TypeVar("T")
+#: What the server hears when ``on_request`` raised (never the exception's own text).
+CUSTOM_FAILED = "internal error"
 
 
 class WorkerPool:
@@ -155,7 +161,14 @@ class HostRuntime:
     """One client's host side, shared by its actor (which submits) and its facade (which registers)."""
 
     def __init__(
-        self, name: str, sampling: Handler | None = None, elicitation: Handler | None = None, roots: bool = False
+        self,
+        name: str,
+        sampling: Handler | None = None,
+        elicitation: Handler | None = None,
+        roots: bool = False,
+        *,
+        on_request: RequestHandler | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.name = name
         #: The roots as the facade last set them (the session keeps its own copy for legacy peers).
@@ -165,7 +178,12 @@ class HostRuntime:
             self.handlers[SAMPLING] = sampling
         if elicitation is not None:
             self.handlers[ELICITATION] = elicitation
-        self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots)
+        #: ``connect(on_request=)``: answers the server requests no other handler takes.
+        self.on_request = on_request
+        self.abilities = HostAbilities(
+            sampling is not None, elicitation is not None, roots, on_request is not None, dict(extensions or {})
+        )
+        self._custom_log = RateLimitedLog(logger)
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
         #: The progress callbacks of calls in flight, by progress token.
@@ -181,7 +199,10 @@ class HostRuntime:
 
     def run(self, effect: RunHostHandler, tell: Callable[[Any], None]) -> None:
         """Run a handler on the pool; its outcome goes back to the actor through ``tell``."""
-        handler = self.handlers[effect.method]
+        handler = self.handlers.get(effect.method)
+        if handler is None:
+            self.handler_pool.submit(partial(self._run_custom, effect, tell))
+            return
 
         def job() -> None:
             try:
@@ -193,6 +214,25 @@ class HostRuntime:
                 tell(HostAnswered(effect.request_id, effect.generation, result=result))
 
         self.handler_pool.submit(job)
+
+    def _run_custom(self, effect: RunHostHandler, tell: Callable[[Any], None]) -> None:
+        """``on_request`` for a method the library does not know. Its exception's text may carry
+        the host's secrets: the server hears only that it failed. The log has it escaped, as the
+        server's params may be in it (so no traceback, whose text no one escapes)."""
+        assert self.on_request is not None
+        try:
+            result = self.on_request(effect.method, effect.params)
+        except Exception as error:
+            self._custom_log.error(
+                "on_request",
+                "%s: on_request raised %s for the server request %s; answering -32603",
+                self.name,
+                peer_text(error, quote=True),
+                peer_text(effect.method, quote=True),
+            )
+            tell(HostAnswered(effect.request_id, effect.generation, error=CUSTOM_FAILED))
+        else:
+            tell(HostAnswered(effect.request_id, effect.generation, result=result))
 
     def answer_now(self, method: str, params: Any) -> tuple[Any, str | None]:
         """Answer one embedded request of a 2026-07-28 ``input_required`` result in this thread:

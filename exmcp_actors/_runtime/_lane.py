@@ -84,12 +84,13 @@ def flush(out: Outbox, replace: Replace) -> None:
 class DeliveryLane:
     """Shared by the client actor and its connections' reader threads. See the module docstring."""
 
-    __slots__ = ("_backlog", "_lock", "_open_for", "answer", "index", "reached", "replace")
+    __slots__ = ("_backlog", "_lock", "_open_for", "answer", "index", "reached", "reached_raw", "replace")
 
     def __init__(self, index: ListenerIndex[Any]) -> None:
         self.index = index
         #: The session's lookups need no lock: they run under the session monitor, as every write does.
         self.reached = index.reached
+        self.reached_raw = index.reached_raw
         #: Re-entrant: a reader holding it may take the session monitor to settle an answer, and
         #: what that performs may open or shut the lane (the same thread, taking it again).
         self._lock = threading.RLock()

@@ -13,6 +13,10 @@ each behind a flag so the default peer stays as every other test knows it.
   before the answer, as a proxy or an instance leaving a pool would (:func:`cutting_streams`).
 * ``teardown_listens {reason, answer}``: the server tears every open listen down:
   ``notifications/cancelled`` naming it, then (unless ``answer`` is false) its graceful answer.
+* ``raw_notify {method, params?, count?}``: sends that notification (any method) ``count`` times,
+  through the SDK's ``session.send_notification``.
+* ``raw_request {method, params?}``: sends that request (any method) through
+  ``session.send_request``; its text is the client's result, or ``{"error": {code, message}}``.
 
 ``--runtime-tools`` adds ``add_tool {name}`` and ``remove_tool {name}``, which register or
 drop a tool ``name`` (calling it answers its name) and then send ``tools/list_changed``.
@@ -31,6 +35,18 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
+from pydantic import BaseModel, ConfigDict
+
+
+class _Raw(BaseModel):
+    """A notification or request of any method: the SDK's session sends what it dumps to."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
+class _AnyResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +86,18 @@ EXTRA_TOOLS: list[types.Tool] = [
         name="drop_next",
         description="http: the next `count` POSTs of `target` run, then their response stream is cut.",
         input_schema=_object({"target": {"type": "string"}, "count": {"type": "integer"}}),
+    ),
+    types.Tool(
+        name="raw_notify",
+        description="Sends the notification `method` with `params`, `count` times.",
+        input_schema=_object(
+            {"method": {"type": "string"}, "params": {"type": "object"}, "count": {"type": "integer"}}
+        ),
+    ),
+    types.Tool(
+        name="raw_request",
+        description="Sends the request `method` with `params`; returns the client's result or error.",
+        input_schema=_object({"method": {"type": "string"}, "params": {"type": "object"}}),
     ),
     types.Tool(
         name="teardown_listens",
@@ -133,9 +161,12 @@ class Extras:
         """Calling ``name`` changed the tools list (the caller sends tools/list_changed)."""
         return self.runtime and name in _RUNTIME_NAMES
 
-    async def call(self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any) -> str:
+    async def call(
+        self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any, session: Any = None
+    ) -> str:
         """Run an extra tool; returns its text. ``listens``: the open listen records
-        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``."""
+        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``; ``session``:
+        the calling request's ``ctx.session``."""
         self.runs[name] = self.runs.get(name, 0) + 1
         if name in self.added:
             return name
@@ -146,6 +177,18 @@ class Extras:
             elif name == "remove_tool" and tool in self.added:
                 self.added.remove(tool)
             return json.dumps(self.added)
+        if name == "raw_notify":
+            for _ in range(int(args.get("count", 1))):
+                await session.send_notification(_Raw(method=str(args["method"]), params=args.get("params")))
+            return "sent"
+        if name == "raw_request":
+            try:
+                result = await session.send_request(
+                    _Raw(method=str(args["method"]), params=args.get("params")), _AnyResult
+                )
+            except MCPError as error:
+                return json.dumps({"error": {"code": error.error.code, "message": error.error.message}})
+            return json.dumps(result.model_dump(mode="json"), sort_keys=True)
         if name == "route":
             return json.dumps(dict(args), sort_keys=True)
         if name in ("bump", "peek"):

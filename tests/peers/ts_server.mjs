@@ -20,7 +20,9 @@
 // listener: resources/updated for it on legacy sessions and modern listens);
 // add_tool {name} (registers a tool, then tools/list_changed); route {region, shard?}
 // (both marked x-mcp-header: over HTTP on 2026-07-28 they ride in Mcp-Param-* headers,
-// which the SDK checks against the body, answering -32020 when they disagree).
+// which the SDK checks against the body, answering -32020 when they disagree);
+// client_extensions (the extensions the client declared, as JSON). The server declares
+// the extension com.example/ts-peer.
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
@@ -69,7 +71,13 @@ function text(value) {
 function build(ctx) {
   const server = new McpServer(
     { name: 'ts-v2-peer', version: '2.4.0' },
-    { capabilities: { resources: { subscribe: true, listChanged: true }, tools: { listChanged: true } } },
+    {
+      capabilities: {
+        resources: { subscribe: true, listChanged: true },
+        tools: { listChanged: true },
+        extensions: { 'com.example/ts-peer': { flavour: 'v2' } },
+      },
+    },
   );
   server.registerTool('echo', { description: 'Returns its text.', inputSchema: { text: z.string() } }, ({ text: t }) =>
     text(t),
@@ -100,6 +108,13 @@ function build(ctx) {
     },
     ({ region, shard }) => text(`region ${region} shard ${shard}`),
   );
+  // What the client declared: 2026-07-28 carries it in the request's _meta envelope, a 2025
+  // session in its initialize.
+  server.registerTool('client_extensions', { description: "Returns the client's declared extensions." }, (ctx) => {
+    const envelope = ctx?.mcpReq?.envelope?.['io.modelcontextprotocol/clientCapabilities'];
+    const capabilities = envelope ?? server.server.getClientCapabilities() ?? {};
+    return text(JSON.stringify(capabilities.extensions ?? null));
+  });
   for (const name of extraTools) {
     server.registerTool(name, { description: 'Added at run time.' }, () => text(name));
   }
