@@ -19,6 +19,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
 from .._protocol._peer_text import peer_text
+from .._protocol._ratelog import RateLimitedLog
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -155,7 +156,12 @@ class HostRuntime:
     """One client's host side, shared by its actor (which submits) and its facade (which registers)."""
 
     def __init__(
-        self, name: str, sampling: Handler | None = None, elicitation: Handler | None = None, roots: bool = False
+        self,
+        name: str,
+        sampling: Handler | None = None,
+        elicitation: Handler | None = None,
+        roots: bool = False,
+        sampling_tools: bool = False,
     ) -> None:
         self.name = name
         #: The roots as the facade last set them (the session keeps its own copy for legacy peers).
@@ -165,7 +171,9 @@ class HostRuntime:
             self.handlers[SAMPLING] = sampling
         if elicitation is not None:
             self.handlers[ELICITATION] = elicitation
-        self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots)
+        self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots, sampling_tools)
+        #: A handler that returns junk may do so for every request: its errors are rate-limited.
+        self._bad_answers = RateLimitedLog(logger)
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
         #: The progress callbacks of calls in flight, by progress token.
@@ -200,7 +208,7 @@ class HostRuntime:
         if not self.abilities.answers(method):
             return None, f"this client does not handle {peer_text(method)}"
         params = {} if params is None else params
-        why = check_request(method, params)
+        why = check_request(method, params, self.abilities)
         if why is not None:
             return None, why
         if method not in self.handlers:
@@ -211,7 +219,7 @@ class HostRuntime:
             return None, f"the host's {method} handler failed: {error}"
         finished, why = finish_answer(method, params, result)
         if why is not None:
-            logger.error("%s: %s", self.name, why)
+            self._bad_answers.error(method, "%s: %s; the call fails, nothing is sent", self.name, why)
         return finished, why
 
     # -- progress and tasks ----------------------------------------------------------------
