@@ -132,6 +132,7 @@ def connect(
     probe_timeout: float = 3.0,
     roots: list[dict[str, Any]] | None = None,
     sampling: Any = None,
+    sampling_tools: bool = False,
     elicitation: Any = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
@@ -161,6 +162,10 @@ def connect(
             Linux: once it took the probe from its stdin), else from when it was sent.
         roots: ``[{"uri": ..., "name": ...}]``: advertise ``roots`` and answer ``roots/list``.
         sampling: ``fn(params) -> CreateMessageResult dict``: answer ``sampling/createMessage``.
+            Each result is checked against its request before it is sent (a bad one is logged
+            and answered -32603).
+        sampling_tools: advertise ``sampling.tools``: the handler gets the ``tools`` and
+            ``toolChoice`` a server offers and may answer ``tool_use`` blocks (needs ``sampling``).
         elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (form mode).
         env: for an argv list: environment variables for the server process (see :class:`StdioTransport`).
         cwd: for an argv list: the server process's working directory.
@@ -207,12 +212,22 @@ def connect(
             raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
     if on_request is not None and not callable(on_request):
         raise TypeError(f"on_request must be a callable fn(method, params) -> dict, got {type(on_request).__name__}")
+    if not isinstance(sampling_tools, bool):
+        raise TypeError(f"sampling_tools must be a bool, got {type(sampling_tools).__name__}")
+    if sampling_tools and sampling is None:
+        raise ValueError("sampling_tools=True needs a sampling handler: pass sampling=fn as well")
     checked_extensions = check_extensions(extensions) if extensions is not None else {}
     checked_roots = check_roots(roots) if roots is not None else []
     built = make_transport(transport, env=env, cwd=cwd, inherit_env=inherit_env, name=name, auth=auth)
     name = name or f"c{next(_client_numbers)}"
     host = HostRuntime(
-        name, sampling, elicitation, roots is not None, on_request=on_request, extensions=checked_extensions
+        name,
+        sampling,
+        elicitation,
+        roots is not None,
+        on_request=on_request,
+        extensions=checked_extensions,
+        sampling_tools=sampling_tools,
     )
     host.roots = checked_roots
     session = SessionConfig(

@@ -15,6 +15,8 @@ from typing import Any
 from ._extensions import TASKS_EXTENSION
 from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._peer_text import peer_text
+from ._sampling_request import check_sampling_request
+from ._sampling_result import check_sampling_result
 
 SAMPLING = "sampling/createMessage"
 ELICITATION = "elicitation/create"
@@ -47,6 +49,8 @@ class HostAbilities:
     #: ``connect(on_request=)``: the host answers server requests the library does not know.
     custom: bool = False
     extensions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The sampling handler takes ``tools`` and ``toolChoice`` (advertised as ``sampling.tools``).
+    sampling_tools: bool = False
 
     def capabilities(self) -> dict[str, Any]:
         """The client capabilities to advertise (``initialize`` and the modern ``_meta``)."""
@@ -54,7 +58,7 @@ class HostAbilities:
         if self.roots:
             caps["roots"] = {"listChanged": True}
         if self.sampling:
-            caps["sampling"] = {}
+            caps["sampling"] = {"tools": {}} if self.sampling_tools else {}
         if self.elicitation:
             caps["elicitation"] = {"form": {}}
         requests: dict[str, Any] = {}
@@ -111,18 +115,13 @@ def created_task(result: Any) -> dict[str, Any] | None:
     return task if isinstance(task, dict) else None
 
 
-def check_request(method: str, params: Any) -> str | None:
+def check_request(method: str, params: Any, abilities: HostAbilities) -> str | None:
     """Why a server request's params are unusable (a sentence), or None when they are fine."""
     if not isinstance(params, dict):
         return f"{method} params must be an object"
     if method == SAMPLING:
-        messages = params.get("messages")
-        if not isinstance(messages, list) or not all(isinstance(item, dict) for item in messages):
-            return "sampling/createMessage needs 'messages', a list of message objects"
-        tokens = params.get("maxTokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int):
-            return "sampling/createMessage needs 'maxTokens', an integer"
-    elif method == ELICITATION:
+        return check_sampling_request(params, abilities.sampling_tools)
+    if method == ELICITATION:
         if not isinstance(params.get("message"), str):
             return "elicitation/create needs 'message', a string"
         mode = params.get("mode", "form")
@@ -137,10 +136,14 @@ def check_request(method: str, params: Any) -> str | None:
 
 def finish_answer(method: str, params: dict[str, Any], result: Any) -> tuple[dict[str, Any] | None, str | None]:
     """The host handler's ``result`` made ready to send: ``(result, None)``, or ``(None, why)``
-    when it is unusable (not a dict). An accepted elicitation gets the schema's defaults for
-    the fields the handler left out (SEP-1034)."""
+    when it is unusable (not a dict; a sampling result of the wrong shape for its request).
+    Every answer of both eras, plain or run as a task, passes here. An accepted elicitation
+    gets the schema's defaults for the fields the handler left out (SEP-1034)."""
     if not isinstance(result, dict):
         return None, f"the {peer_text(method)} handler returned {type(result).__name__}, not a dict"
+    if method == SAMPLING:
+        why = check_sampling_result(params, result)
+        return (None, why) if why is not None else (result, None)
     if method == ELICITATION and result.get("action") == "accept":
         schema = params.get("requestedSchema")
         properties = schema.get("properties") if isinstance(schema, dict) else None

@@ -35,6 +35,7 @@ from ._host_checks import (
 )
 from ._host_tasks import TASK_METHODS, ClientTasks
 from ._peer_text import peer_text
+from ._ratelog import RateLimitedLog
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -62,6 +63,8 @@ class HostRequests:
         self.answers_seen = 0  # for tests: handler outcomes the session has taken
         self._warned_at = -WARN_INTERVAL
         self._dropped = 0
+        #: A handler that returns junk may do so for every request: its errors are rate-limited.
+        self._bad_answers = RateLimitedLog(logger)
 
     def on_request(self, msg: rpc.ServerRequest, generation: int) -> bool:
         """Answer or start answering a request the host handles; False if it is not one."""
@@ -72,7 +75,7 @@ class HostRequests:
         if not self.abilities.answers(method):
             return self._custom(msg, generation)
         params = {} if msg.params is None else msg.params  # roots/list may come without params
-        why = check_request(method, params)
+        why = check_request(method, params, self.abilities)
         if why is not None:
             logger.warning("%s: refused a malformed %s from the server: %s", self.name, method, why)
             self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, why))
@@ -122,7 +125,7 @@ class HostRequests:
         if message.error is None:
             result, why = finish_answer(method, params, message.result)
             if why is not None:
-                logger.error("%s: %s; answering -32603", self.name, why)
+                self._bad_answers.error(method, "%s: %s; answering -32603, not the result", self.name, why)
                 why = f"internal error: {why}"
         if isinstance(key, tuple) and key[0] == TASK_KEY:
             self.tasks.finished(key[1], result, why)

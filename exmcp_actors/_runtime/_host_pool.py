@@ -169,6 +169,7 @@ class HostRuntime:
         *,
         on_request: RequestHandler | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
+        sampling_tools: bool = False,
     ) -> None:
         self.name = name
         #: The roots as the facade last set them (the session keeps its own copy for legacy peers).
@@ -181,9 +182,15 @@ class HostRuntime:
         #: ``connect(on_request=)``: answers the server requests no other handler takes.
         self.on_request = on_request
         self.abilities = HostAbilities(
-            sampling is not None, elicitation is not None, roots, on_request is not None, dict(extensions or {})
+            sampling=sampling is not None,
+            elicitation=elicitation is not None,
+            roots=roots,
+            custom=on_request is not None,
+            extensions=dict(extensions or {}),
+            sampling_tools=sampling_tools,
         )
-        self._custom_log = RateLimitedLog(logger)
+        #: A handler that raises or returns junk may do so for every request: its errors are rate-limited.
+        self._bad_answers = RateLimitedLog(logger)
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
         #: The progress callbacks of calls in flight, by progress token.
@@ -223,7 +230,7 @@ class HostRuntime:
         try:
             result = self.on_request(effect.method, effect.params)
         except Exception as error:
-            self._custom_log.error(
+            self._bad_answers.error(
                 "on_request",
                 "%s: on_request raised %s for the server request %s; answering -32603",
                 self.name,
@@ -240,7 +247,7 @@ class HostRuntime:
         if not self.abilities.answers(method):
             return None, f"this client does not handle {peer_text(method)}"
         params = {} if params is None else params
-        why = check_request(method, params)
+        why = check_request(method, params, self.abilities)
         if why is not None:
             return None, why
         if method not in self.handlers:
@@ -251,7 +258,7 @@ class HostRuntime:
             return None, f"the host's {method} handler failed: {error}"
         finished, why = finish_answer(method, params, result)
         if why is not None:
-            logger.error("%s: %s", self.name, why)
+            self._bad_answers.error(method, "%s: %s; the call fails, nothing is sent", self.name, why)
         return finished, why
 
     # -- progress and tasks ----------------------------------------------------------------

@@ -8,7 +8,9 @@ connection gets standalone ``sampling/createMessage``, ``elicitation/create`` an
 
 Tools: ``ask_llm(topic)`` (sampling), ``ask_person()`` (elicitation; the schema has
 defaults), ``show_roots()`` (roots/list), ``count(n)`` (progress and a log message
-per step), ``slow_sample(topic)`` (sampling, with a log before and after).
+per step), ``slow_sample(topic)`` (sampling, with a log before and after),
+``ask_llm_tools(city)`` (a two-round sampling tool loop: the model is offered ``get_weather``;
+each ``tool_use`` it answers gets a ``tool_result`` in a second request).
 """
 
 from __future__ import annotations
@@ -30,7 +32,17 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from mcp.server.runner import serve_dual_era_loop, serve_loop
 from mcp.server.stdio import stdio_server
-from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageResult,
+    CreateMessageResultWithTools,
+    ListRootsResult,
+    SamplingMessage,
+    TextContent,
+    Tool,
+    ToolChoice,
+    ToolResultContent,
+    ToolUseContent,
+)
 from pydantic import BaseModel
 
 warnings.simplefilter("ignore")  # the SDK flags logging as deprecated in 2026-07-28; legacy hosts use it
@@ -44,6 +56,35 @@ def _ask(topic: str) -> Sample:
     return Sample(
         [SamplingMessage(role="user", content=TextContent(type="text", text=f"tell me about {topic}"))], max_tokens=64
     )
+
+
+WEATHER = Tool(
+    name="get_weather",
+    description="The weather in a city",
+    input_schema={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+def _ask_tools(city: str) -> Sample:
+    question = SamplingMessage(role="user", content=TextContent(type="text", text=f"weather in {city}?"))
+    return Sample([question], max_tokens=64, tools=[WEATHER], tool_choice=ToolChoice(mode="auto"))
+
+
+def _tool_loop(city: str, first: Annotated[CreateMessageResultWithTools, Resolve(_ask_tools)]) -> Sample:
+    """The second round: the history, and a tool_result for each tool_use of the first answer."""
+    uses = [block for block in first.content_as_list if isinstance(block, ToolUseContent)]
+    results = [
+        ToolResultContent(
+            tool_use_id=use.id, content=[TextContent(type="text", text=f"sunny in {use.input.get('city')}")]
+        )
+        for use in uses
+    ]
+    question = SamplingMessage(role="user", content=TextContent(type="text", text=f"weather in {city}?"))
+    history = [question, SamplingMessage(role="assistant", content=first.content_as_list)]
+    if results:
+        history.append(SamplingMessage(role="user", content=results))
+    # The last round offers the tool with toolChoice none, so the model must answer in text.
+    return Sample(history, max_tokens=64, tools=[WEATHER], tool_choice=ToolChoice(mode="none"))
 
 
 class Person(BaseModel):
@@ -66,6 +107,13 @@ async def ask_llm(topic: str, answer: Annotated[CreateMessageResult, Resolve(_as
     content = answer.content
     text = content.text if isinstance(content, TextContent) else repr(content)
     return json.dumps({"text": text, "model": answer.model})
+
+
+@app.tool()
+async def ask_llm_tools(city: str, answer: Annotated[CreateMessageResultWithTools, Resolve(_tool_loop)]) -> str:
+    """Run a sampling tool loop; return the final text, its stop reason and model."""
+    texts = [block.text for block in answer.content_as_list if isinstance(block, TextContent)]
+    return json.dumps({"text": " ".join(texts), "stopReason": answer.stop_reason, "model": answer.model})
 
 
 @app.tool()
