@@ -41,10 +41,12 @@ from ._protocol._errors import (
     SubscribeFailed,
     SubscriberNotAlive,
     TransportError,
+    UrlElicitationRequired,
     UseListen,
 )
 from ._protocol._messages import (
     Closed,
+    ElicitationComplete,
     Notification,
     Reconnected,
     SubscriptionClosed,
@@ -73,6 +75,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "ConnectionLost",
+    "ElicitationComplete",
     "Error",
     "ExchangeFailed",
     "FileTokenStorage",
@@ -104,6 +107,7 @@ __all__ = [
     "TokenStorage",
     "Transport",
     "TransportError",
+    "UrlElicitationRequired",
     "UseListen",
     "Watch",
     "WebSocketTransport",

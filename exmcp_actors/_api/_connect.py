@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from .._auth import OAuth
 from .._protocol._backoff import Backoff
 from .._protocol._config import SessionConfig
+from .._protocol._elicit import check_elicitation_modes
 from .._protocol._errors import ConnectError
 from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode, check_discover_result
 from .._protocol._host_checks import check_roots
@@ -132,6 +133,7 @@ def connect(
     roots: list[dict[str, Any]] | None = None,
     sampling: Any = None,
     elicitation: Any = None,
+    elicitation_modes: tuple[str, ...] = ("form",),
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     inherit_env: bool = False,
@@ -158,7 +160,11 @@ def connect(
             Linux: once it took the probe from its stdin), else from when it was sent.
         roots: ``[{"uri": ..., "name": ...}]``: advertise ``roots`` and answer ``roots/list``.
         sampling: ``fn(params) -> CreateMessageResult dict``: answer ``sampling/createMessage``.
-        elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (form mode).
+        elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (and, with
+            ``url`` among its modes, a -32042 error's elicitations); an ``on_complete(params)``
+            attribute, if it has one, hears ``notifications/elicitation/complete``.
+        elicitation_modes: the modes ``elicitation`` takes and the client advertises:
+            ``("form",)``, ``("form", "url")`` or ``("url",)``.
         env: for an argv list: environment variables for the server process (see :class:`StdioTransport`).
         cwd: for an argv list: the server process's working directory.
         inherit_env: for an argv list: pass the host's whole environment (default: an allow-list plus ``env``).
@@ -197,10 +203,13 @@ def connect(
     for what, handler in (("sampling", sampling), ("elicitation", elicitation)):
         if handler is not None and not callable(handler):
             raise TypeError(f"{what} must be a callable fn(params) -> dict, got {type(handler).__name__}")
+    modes = check_elicitation_modes(elicitation_modes)
+    if elicitation is None and modes != ("form",):
+        raise ValueError("elicitation_modes needs an elicitation handler: pass elicitation=fn as well")
     checked_roots = check_roots(roots) if roots is not None else []
     built = make_transport(transport, env=env, cwd=cwd, inherit_env=inherit_env, name=name, auth=auth)
     name = name or f"c{next(_client_numbers)}"
-    host = HostRuntime(name, sampling, elicitation, roots is not None)
+    host = HostRuntime(name, sampling, elicitation, roots is not None, modes)
     host.roots = checked_roots
     session = SessionConfig(
         mode=protocol,
@@ -212,6 +221,7 @@ def connect(
         stage_timeout=connect_wait,
         host=host.abilities,
         roots=host.roots,
+        elicitations=host.elicitations,
         discover_result=discover_result,
     )
     config = Config(built, connect_wait, session, host, connect_deadline=deadline)

@@ -18,9 +18,11 @@ from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
-from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
+from ._elicit import SeenElicitations
+from ._filters import ELICITATION_COMPLETE, LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._host_checks import (
     CANCELLED,
+    ELICITATION,
     PROGRESS,
     ROOTS,
     ROOTS_CHANGED,
@@ -34,6 +36,7 @@ from ._host_checks import (
 )
 from ._host_tasks import TASK_METHODS, ClientTasks
 from ._peer_text import peer_text
+from ._ratelog import RateLimitedLog
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -48,7 +51,14 @@ TASK_KEY = "task"
 class HostRequests:
     """The session's part for what the server asks of, or tells, the host."""
 
-    def __init__(self, effects: ev.Effects, abilities: HostAbilities, roots: list[dict[str, Any]], name: str) -> None:
+    def __init__(
+        self,
+        effects: ev.Effects,
+        abilities: HostAbilities,
+        roots: list[dict[str, Any]],
+        name: str,
+        seen: SeenElicitations | None = None,
+    ) -> None:
         self.effects = effects
         self.abilities = abilities
         self.roots = roots
@@ -59,6 +69,9 @@ class HostRequests:
         self.answers_seen = 0  # for tests: handler outcomes the session has taken
         self._warned_at = -WARN_INTERVAL
         self._dropped = 0
+        #: The URL elicitations handed to the host: only these may be reported complete.
+        self.seen = SeenElicitations() if seen is None else seen
+        self._log = RateLimitedLog(logger)
 
     def on_request(self, msg: rpc.ServerRequest, generation: int) -> bool:
         """Answer or start answering a request the host handles; False if it is not one."""
@@ -69,9 +82,9 @@ class HostRequests:
         if not self.abilities.answers(method):
             return False
         params = {} if msg.params is None else msg.params  # roots/list may come without params
-        why = check_request(method, params)
+        why = check_request(method, params, self.abilities.elicitation_modes, needs_id=True)
         if why is not None:
-            logger.warning("%s: refused a malformed %s from the server: %s", self.name, method, why)
+            self._log.warning("refused", "%s: refused a malformed %s from the server: %s", self.name, method, why)
             self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, why))
         elif method == ROOTS:
             self.effects.send(rpc.result_frame(msg.id, {"roots": [dict(root) for root in self.roots]}))
@@ -87,6 +100,8 @@ class HostRequests:
                     return True
                 key = (TASK_KEY, task_id)
                 params = {name: value for name, value in params.items() if name != "task"}
+            if method == ELICITATION and params.get("mode") == "url":
+                self.seen.note(params["elicitationId"])
             self.in_handler[key] = (method, params)
             self.effects.do(ev.RunHostHandler(method, key, params, generation))
         return True
@@ -103,8 +118,8 @@ class HostRequests:
         why: str | None = f"the host's {method} handler failed: {message.error}"
         if message.error is None:
             result, why = finish_answer(method, params, message.result)
-            if why is not None:
-                logger.error("%s: %s; answering -32603", self.name, why)
+            if why is not None:  # the host's bug, though a server's odd schema can trip it at every request
+                self._log.error("bad-answer", "%s: %s; answering -32603", self.name, why)
                 why = f"internal error: {why}"
         if isinstance(key, tuple) and key[0] == TASK_KEY:
             self.tasks.finished(key[1], result, why)
@@ -133,6 +148,8 @@ class HostRequests:
             if why is None:
                 self.effects.do(ev.TaskStatusNoted(params))
                 return False
+        elif method == ELICITATION_COMPLETE:
+            return self._completed(params)
         elif method == LOG_MESSAGE:
             why = check_log(params)
             if why is None:
@@ -141,6 +158,17 @@ class HostRequests:
             return False
         if why is not None:
             self._warn(method, why, params)
+        return True
+
+    def _completed(self, params: dict[str, Any]) -> bool:
+        """An elicitation the host was handed reaches its hook and the listeners; another is ignored
+        (the spec says so of unknown and already-completed ids)."""
+        elicitation_id = params.get("elicitationId")
+        if self.seen.take(elicitation_id):
+            self.effects.do(ev.ElicitationCompleted(params))
+            return False
+        shown = peer_text(elicitation_id, quote=True)
+        self._log.info("unknown-elicitation", "%s: ignored the completion of unknown elicitation %s", self.name, shown)
         return True
 
     def _cancelled(self, request_id: Any) -> None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from . import _messages as m
-from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter
+from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
 
@@ -133,5 +132,5 @@ def dispatch(index: Index, method: str, params: dict[str, Any], out: dict[Any, l
         items = out.get(entry.route)
         if items is None:
             items = out[entry.route] = []
-        # Indexed entries are legacy listeners and watches: always a Notification.
-        items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
+        # Indexed entries are legacy listeners and watches: a Notification (or an ElicitationComplete).
+        items.append(event_message(entry.handle, method, params))

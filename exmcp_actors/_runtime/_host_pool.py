@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
+from .._protocol._elicit import SeenElicitations
+from .._protocol._events import ElicitationCompleted, HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
 from .._protocol._peer_text import peer_text
 
@@ -155,7 +156,12 @@ class HostRuntime:
     """One client's host side, shared by its actor (which submits) and its facade (which registers)."""
 
     def __init__(
-        self, name: str, sampling: Handler | None = None, elicitation: Handler | None = None, roots: bool = False
+        self,
+        name: str,
+        sampling: Handler | None = None,
+        elicitation: Handler | None = None,
+        roots: bool = False,
+        elicitation_modes: tuple[str, ...] = ("form",),
     ) -> None:
         self.name = name
         #: The roots as the facade last set them (the session keeps its own copy for legacy peers).
@@ -165,7 +171,9 @@ class HostRuntime:
             self.handlers[SAMPLING] = sampling
         if elicitation is not None:
             self.handlers[ELICITATION] = elicitation
-        self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots)
+        self.abilities = HostAbilities(sampling is not None, elicitation is not None, roots, elicitation_modes)
+        #: The URL elicitations handed to the handler (shared with the session, which takes them).
+        self.elicitations = SeenElicitations()
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
         #: The progress callbacks of calls in flight, by progress token.
@@ -200,9 +208,11 @@ class HostRuntime:
         if not self.abilities.answers(method):
             return None, f"this client does not handle {peer_text(method)}"
         params = {} if params is None else params
-        why = check_request(method, params)
+        why = check_request(method, params, self.abilities.elicitation_modes)
         if why is not None:
             return None, why
+        if method == ELICITATION and isinstance(params, dict) and params.get("mode") == "url":
+            self.elicitations.note(params.get("elicitationId"))
         if method not in self.handlers:
             return {"roots": [dict(root) for root in self.roots]}, None
         try:
@@ -213,6 +223,20 @@ class HostRuntime:
         if why is not None:
             logger.error("%s: %s", self.name, why)
         return finished, why
+
+    def elicitation_completed(self, effect: ElicitationCompleted) -> None:
+        """Pass a completion to the elicitation handler's ``on_complete`` hook, on the callback pool."""
+        hook = getattr(self.handlers.get(ELICITATION), "on_complete", None)
+        if not callable(hook):
+            return
+
+        def job() -> None:
+            try:
+                hook(effect.params)
+            except Exception as error:
+                logger.warning("%s: the elicitation handler's on_complete raised %r", self.name, error)
+
+        self.callback_pool.submit(job)
 
     # -- progress and tasks ----------------------------------------------------------------
 
