@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from exmcp_actors._protocol._elicit_schema import check_form_content
 from exmcp_actors._protocol._elicit_url import check_elicit_url
 from exmcp_actors.testing import FakeError, FakeServer
 from tests.sdk_helpers import ClientPool
+from tests.test_host_faults import error_of
 
 TIMEOUT = 5.0
 URL = "https://auth.example.com/connect?id=1"
@@ -48,9 +49,8 @@ class Recorder:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as fake:
-        yield fake
+def server(legacy_server: FakeServer) -> FakeServer:
+    return legacy_server
 
 
 @pytest.fixture
@@ -59,13 +59,6 @@ def connect(server: FakeServer, client_pool: ClientPool) -> Callable[..., mcp.Cl
         return client_pool.connect(server.transport(), reconnect=False, **kwargs)
 
     return make
-
-
-def error_of(server: FakeServer, request_id: str) -> dict[str, Any]:
-    answer = server.wait_response(request_id, TIMEOUT)
-    assert "error" in answer, answer
-    error: dict[str, Any] = answer["error"]
-    return error
 
 
 # -- modes and capabilities -----------------------------------------------------------------
