@@ -391,3 +391,46 @@ def test_a_32042_elicitation_id_may_be_completed(server: FakeServer, connect: Ca
         message = watch.get(timeout=TIMEOUT)
     assert isinstance(message, mcp.ElicitationComplete) and message.elicitation_id == "paid"
     assert handler.completion.wait(TIMEOUT)
+
+
+# -- 2026-07-28: embedded in input_required -------------------------------------------------
+
+
+def input_required_once(server: FakeServer, request: dict[str, Any]) -> None:
+    @server.on("tools/call")
+    def call(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        if "inputResponses" not in params:
+            return {"resultType": "input_required", "inputRequests": {"go": request}, "requestState": "s"}
+        return {"content": [{"type": "text", "text": repr(params["inputResponses"])}]}
+
+
+def test_a_modern_url_input_request_is_answered_action_only() -> None:
+    url_params = {"mode": "url", "url": URL, "message": "Connect"}  # 2026-07-28: no elicitationId
+    handler = Recorder(content={"dropped": True})
+    with FakeServer(era="modern") as server:
+        input_required_once(server, {"method": "elicitation/create", "params": url_params})
+        with mcp.connect(server.transport(), elicitation=handler, elicitation_modes=("form", "url")) as client:
+            result = client.call_tool("go", {}, timeout=TIMEOUT)
+        caps = server.messages("tools/call")[0]["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+    assert caps["elicitation"] == {"form": {}, "url": {}}
+    assert result["content"][0]["text"] == repr({"go": {"action": "accept"}})
+    assert handler.asked == [url_params]
+
+
+def test_a_modern_hostile_url_or_misfit_answer_fails_the_call() -> None:
+    handler = Recorder(content={"age": "old"})
+    hostile = {"mode": "url", "url": "https://a.example\u202e/", "message": "Connect"}
+    with FakeServer(era="modern") as server:
+        input_required_once(server, {"method": "elicitation/create", "params": hostile})
+        with mcp.connect(server.transport(), elicitation=handler, elicitation_modes=("form", "url")) as client:
+            with pytest.raises(mcp.Error, match="invisible") as raised:
+                client.call_tool("go", {}, timeout=TIMEOUT)
+            assert raised.value.reason[0] == "input_required_failed" and handler.asked == []
+            form = {
+                "message": "Age?",
+                "requestedSchema": {"type": "object", "properties": {"age": {"type": "integer"}}},
+            }
+            input_required_once(server, {"method": "elicitation/create", "params": form})
+            with pytest.raises(mcp.Error, match="'age' must be an integer"):
+                client.call_tool("go", {}, timeout=TIMEOUT)
+        assert server.count("tools/call") == 2  # neither was retried with what the host could not answer

@@ -77,7 +77,7 @@ def _check_value(spec: dict[str, Any], value: Any) -> str | None:
         return _check_string(spec, value)
     if kind in ("number", "integer"):
         if not _is_number(value):
-            return f"must be a {kind}, got {type(value).__name__}"
+            return f"must be {'an integer' if kind == 'integer' else 'a number'}, got {type(value).__name__}"
         if kind == "integer" and not (isinstance(value, int) or float(value).is_integer()):
             return f"must be an integer, got {value!r}"
         return _bounds(value, spec, "minimum", "maximum", "value")
