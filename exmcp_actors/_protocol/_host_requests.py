@@ -1,13 +1,16 @@
 """Server requests the host answers, and notifications meant for the host (sans-IO).
 
-``sampling/createMessage`` and ``elicitation/create`` run the host's handler:
+``sampling/createMessage`` and ``elicitation/create`` (form, or URL mode once its URL
+passed ``_elicit_url``) run the host's handler:
 the session emits :class:`~._events.RunHostHandler`, the shell runs it off the
 reader and off the actor and feeds back :class:`~._events.HostAnswered`, which
 becomes the answer frame. ``roots/list`` is answered here from the roots the
 host set. A ``notifications/cancelled`` for a request still in a handler means
 no answer is ever sent for it. Progress and task status go to the shell
 (:class:`~._events.ProgressNoted`, :class:`~._events.TaskStatusNoted`); log
-messages are checked, then routed to listeners like any notification.
+messages are checked, then routed to listeners like any notification, as is a
+``notifications/elicitation/complete`` for an id the host was handed (its hook runs
+through :class:`~._events.ElicitationCompleted`).
 """
 
 from __future__ import annotations
