@@ -5,6 +5,7 @@ The schema is the spec's restricted subset: a flat object whose properties are s
 of titled consts), numbers and integers (``minimum``/``maximum``), booleans, and multi-select
 arrays of enum strings (``items.enum`` or ``items.anyOf``, ``minItems``/``maxItems``), with
 ``required``. Content that does not fit is never sent: the server asked for that shape.
+The reasons name the field and the rule, never the value: they go to the server too.
 A property of a kind outside the subset is the server's to judge and is passed as it is;
 ``pattern`` is not run (a server's regular expression could take the client's time).
 """
@@ -35,7 +36,7 @@ def check_form_content(schema: Any, content: Any) -> str | None:
             return f"required field {peer_text(name, quote=True)} is missing"
     for name, value in content.items():
         if name not in properties:
-            return f"field {peer_text(name, quote=True)} is not in the requested schema"
+            return "content has a field the requested schema does not list"
         spec = properties[name]
         why = _check_value(spec, value) if isinstance(spec, dict) else None
         if why is not None:
@@ -65,9 +66,9 @@ def _bounds(value: float, spec: dict[str, Any], low: str, high: str, what: str) 
     floor: Any = spec.get(low)
     ceiling: Any = spec.get(high)
     if _is_number(floor) and value < floor:
-        return f"{what} {value!r} is below {low} {floor!r}"
+        return f"{what} is below {low} {floor!r}"
     if _is_number(ceiling) and value > ceiling:
-        return f"{what} {value!r} is above {high} {ceiling!r}"
+        return f"{what} is above {high} {ceiling!r}"
     return None
 
 
@@ -79,7 +80,7 @@ def _check_value(spec: dict[str, Any], value: Any) -> str | None:
         if not _is_number(value):
             return f"must be {'an integer' if kind == 'integer' else 'a number'}, got {type(value).__name__}"
         if kind == "integer" and not (isinstance(value, int) or float(value).is_integer()):
-            return f"must be an integer, got {value!r}"
+            return "must be an integer, got a fraction"
         return _bounds(value, spec, "minimum", "maximum", "value")
     if kind == "boolean":
         return None if isinstance(value, bool) else f"must be a boolean, got {type(value).__name__}"
@@ -93,13 +94,13 @@ def _check_string(spec: dict[str, Any], value: Any) -> str | None:
         return f"must be a string, got {type(value).__name__}"
     allowed = _allowed(spec)
     if allowed is not None and value not in allowed:
-        return f"must be one of {peer_text(allowed)}, got {peer_text(value, quote=True)}"
+        return f"must be one of {peer_text(allowed)}"
     why = _bounds(len(value), spec, "minLength", "maxLength", "length")
     if why is not None:
         return why
     fmt = spec.get("format")
     if fmt is not None and not _fits_format(fmt, value):
-        return f"is not a valid {peer_text(fmt)}: {peer_text(value, quote=True)}"
+        return f"is not a valid {peer_text(fmt)}"
     return None
 
 
@@ -129,5 +130,5 @@ def _check_choices(spec: dict[str, Any], value: Any) -> str | None:
     allowed = _allowed(items) if isinstance(items, dict) else None
     for choice in value:
         if not isinstance(choice, str) or (allowed is not None and choice not in allowed):
-            return f"has a choice outside the options: {peer_text(choice, quote=True)}"
+            return "has a choice outside the options"
     return None
