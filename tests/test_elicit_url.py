@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
+from exmcp_actors._protocol._elicit import SeenElicitations
 from exmcp_actors._protocol._elicit_schema import check_form_content
 from exmcp_actors._protocol._elicit_url import check_elicit_url
 from exmcp_actors.testing import FakeError, FakeServer
@@ -435,3 +436,11 @@ def test_a_modern_hostile_url_or_misfit_answer_fails_the_call() -> None:
             with pytest.raises(mcp.Error, match="'age' must be an integer"):
                 client.call_tool("go", {}, timeout=TIMEOUT)
         assert server.count("tools/call") == 2  # neither was retried with what the host could not answer
+
+
+def test_seen_elicitation_ids_are_bounded_and_complete_once() -> None:
+    seen = SeenElicitations(limit=2)
+    for elicitation_id in ("a", "b", "c", "b"):
+        seen.note(elicitation_id)
+    seen.note(["unhashable"])  # a server's odd id is never kept
+    assert [seen.take(i) for i in ("a", "c", "b", "b", ["unhashable"])] == [False, True, True, False, False]
