@@ -43,10 +43,12 @@ from ._protocol._errors import (
     SubscribeFailed,
     SubscriberNotAlive,
     TransportError,
+    UrlElicitationRequired,
     UseListen,
 )
 from ._protocol._messages import (
     Closed,
+    ElicitationComplete,
     Notification,
     RawNotification,
     Reconnected,
@@ -77,6 +79,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "ConnectionLost",
+    "ElicitationComplete",
     "Error",
     "ExchangeFailed",
     "FileTokenStorage",
@@ -111,6 +114,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "UnknownTool",
+    "UrlElicitationRequired",
     "UseListen",
     "Watch",
     "WebSocketTransport",

@@ -23,6 +23,7 @@ _KEYS = [
     *("maxTokens", "mode", "requestedSchema", "properties", "default", "protocolVersion", "capabilities"),
     *("serverInfo", "supportedVersions", "instructions", "supported", "code", "toolsListChanged"),
     *("resourceSubscriptions", "taskIds", "logMessages", "roots", "name", STAMP_KEY, "content", "action"),
+    *("elicitationId", "url", "elicitationComplete", "required", "enum", "minLength", "format"),
 ]
 _STRINGS = [
     *("file:///a", "file:///b", "file:///a/sub", "2025-11-25", "2026-07-28", "2024-11-05", "info", "working"),
@@ -36,6 +37,7 @@ _METHODS = [
     *("notifications/resources/list_changed", "notifications/resources/updated"),
     *("notifications/subscriptions/acknowledged", "sampling/createMessage", "elicitation/create", "roots/list"),
     *("ping", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "initialize", "x/unknown"),
+    "notifications/elicitation/complete",
 ]
 
 scalars = (
@@ -106,6 +108,7 @@ PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         }
     ),
     "notifications/resources/updated": _shaped({"uri": _URIS, **_META}),
+    "notifications/elicitation/complete": _shaped({"elicitationId": st.sampled_from(["e1", "e2"]) | scalars, **_META}),
     "notifications/tools/list_changed": _shaped(_META),
     "notifications/prompts/list_changed": _shaped(_META),
     "notifications/resources/list_changed": _shaped(_META),
@@ -117,6 +120,8 @@ PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         {
             "message": st.text(max_size=4),
             "mode": st.sampled_from(["form", "url"]),
+            "url": st.sampled_from(["https://a.example/x", "http://a.example/", "https://a@b/", "https://a\u202e/"]),
+            "elicitationId": st.sampled_from(["e1", "e2"]) | scalars,
             "requestedSchema": st.fixed_dictionaries(
                 {}, optional={"properties": st.dictionaries(st.text(max_size=3), _shaped({"default": json_values}))}
             ),
@@ -220,6 +225,7 @@ VALID_PARAMS: dict[str, dict[str, Any]] = {
     "notifications/message": {"level": "info", "data": {"text": "d"}, "logger": "l"},
     "notifications/tasks/status": {"taskId": "t1", "status": "working", "statusMessage": "s", "ttl": 1000},
     "notifications/resources/updated": {"uri": "file:///a"},
+    "notifications/elicitation/complete": {"elicitationId": "e1"},
     "notifications/tools/list_changed": {},
     "notifications/prompts/list_changed": {},
     "notifications/resources/list_changed": {},

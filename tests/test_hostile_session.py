@@ -99,7 +99,7 @@ class HostileDriver(Driver):
             backoff=BACKOFF,
             probe_timeout=PROBE_TIMEOUT,
             client_info=INFO,
-            host=HostAbilities(sampling=True, elicitation=True, roots=True),
+            host=HostAbilities(sampling=True, elicitation=True, roots=True, elicitation_modes=("form", "url")),
             roots=[{"uri": "file:///r"}],
         )
         self.session = StrictSession(config, RequestBuilder())

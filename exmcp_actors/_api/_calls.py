@@ -47,6 +47,7 @@ from .._util._checks import check_timeout
 from .._util._reply import Reply
 from ._lists import ListCalls, Meta, check_meta, with_meta
 from ._task import Task
+from ._url_elicit import go_through, needs_url_elicitation, retry_failed
 
 if TYPE_CHECKING:
     from .._runtime._shared import SharedState
@@ -99,6 +100,8 @@ class ServerCalls(ListCalls):
             OutcomeUnknown: the answer was lost and the request was not (or no longer) re-issued:
                 it may or may not have run on the server.
             NotConnected: the client is not ready, or the connection dropped meanwhile.
+            UrlElicitationRequired: the server answered -32042 and the URL elicitations it
+                listed were not all accepted, or the one retry met -32042 again.
         """
         if not isinstance(method, str) or not method:
             raise TypeError(f"method must be a non-empty string, got {method!r}")
@@ -107,9 +110,20 @@ class ServerCalls(ListCalls):
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
         deadline = time.monotonic() + wait
         reissued = 0
+        elicited = False
         while True:
             try:
                 return self._await_request(self._send_request(method, params), deadline - time.monotonic(), wait)
+            except RequestError as error:
+                if not needs_url_elicitation(error, self._host):
+                    raise
+                if elicited:
+                    raise retry_failed(error) from None
+                go_through(error, self._host)
+                elicited = True
+                # The retry gets the whole timeout again: the handler's time was the person's.
+                deadline = time.monotonic() + wait
+                logger.info("%s: %s: the URL elicitations were accepted; retrying it once", self.name, method)
             except OutcomeUnknown as lost:
                 why_not = self._why_not_reissued(method, params, reissued, deadline)
                 if why_not is not None:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from .._auth import OAuth
 from .._protocol._backoff import Backoff
 from .._protocol._config import SessionConfig
+from .._protocol._elicit import check_elicitation_modes
 from .._protocol._errors import ConnectError
 from .._protocol._extensions import check_extensions
 from .._protocol._handshake import PROTOCOL_MODES, ProtocolMode, check_discover_result
@@ -134,6 +135,7 @@ def connect(
     sampling: Any = None,
     sampling_tools: bool = False,
     elicitation: Any = None,
+    elicitation_modes: tuple[str, ...] = ("form",),
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     inherit_env: bool = False,
@@ -166,7 +168,11 @@ def connect(
             and answered -32603).
         sampling_tools: advertise ``sampling.tools``: the handler gets the ``tools`` and
             ``toolChoice`` a server offers and may answer ``tool_use`` blocks (needs ``sampling``).
-        elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (form mode).
+        elicitation: ``fn(params) -> ElicitResult dict``: answer ``elicitation/create`` (and, with
+            ``url`` among its modes, a -32042 error's elicitations); an ``on_complete(params)``
+            attribute, if it has one, hears ``notifications/elicitation/complete``.
+        elicitation_modes: the modes ``elicitation`` takes and the client advertises:
+            ``("form",)``, ``("form", "url")`` or ``("url",)``.
         env: for an argv list: environment variables for the server process (see :class:`StdioTransport`).
         cwd: for an argv list: the server process's working directory.
         inherit_env: for an argv list: pass the host's whole environment (default: an allow-list plus ``env``).
@@ -216,6 +222,9 @@ def connect(
         raise TypeError(f"sampling_tools must be a bool, got {type(sampling_tools).__name__}")
     if sampling_tools and sampling is None:
         raise ValueError("sampling_tools=True needs a sampling handler: pass sampling=fn as well")
+    modes = check_elicitation_modes(elicitation_modes)
+    if elicitation is None and modes != ("form",):
+        raise ValueError("elicitation_modes needs an elicitation handler: pass elicitation=fn as well")
     checked_extensions = check_extensions(extensions) if extensions is not None else {}
     checked_roots = check_roots(roots) if roots is not None else []
     built = make_transport(transport, env=env, cwd=cwd, inherit_env=inherit_env, name=name, auth=auth)
@@ -228,6 +237,7 @@ def connect(
         on_request=on_request,
         extensions=checked_extensions,
         sampling_tools=sampling_tools,
+        elicitation_modes=modes,
     )
     host.roots = checked_roots
     session = SessionConfig(
@@ -240,6 +250,7 @@ def connect(
         stage_timeout=connect_wait,
         host=host.abilities,
         roots=host.roots,
+        elicitations=host.elicitations,
         discover_result=discover_result,
     )
     config = Config(built, connect_wait, session, host, connect_deadline=deadline)

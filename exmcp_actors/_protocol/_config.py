@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._backoff import Backoff
+from ._elicit import SeenElicitations
 from ._handshake import ProtocolMode
 from ._host_checks import HostAbilities
 
@@ -23,6 +24,8 @@ class SessionConfig:
     #: Which server requests the host answers; ``capabilities`` is what that advertises.
     host: HostAbilities = field(default_factory=HostAbilities)
     roots: list[dict[str, Any]] = field(default_factory=list)
+    #: The URL elicitations the host was handed (the host runtime's, shared with its threads).
+    elicitations: SeenElicitations = field(default_factory=SeenElicitations)
     #: A ``server/discover`` result the host kept: the first connection adopts it unprobed.
     discover_result: dict[str, Any] | None = None
 

@@ -132,6 +132,19 @@ class RequestError(Error):
         return term
 
 
+class UrlElicitationRequired(RequestError):
+    """A request the server answered with -32042 (URL elicitation required) that the client did
+    not get past: an elicitation was declined, cancelled or refused, or the one retry met -32042
+    again. ``elicitations`` are the server's, as sent; ``why`` says what stopped it."""
+
+    def __init__(self, error: RequestError, elicitations: list[Any], why: str) -> None:
+        super().__init__(error.code, error.message, error.data)
+        self.elicitations = elicitations
+        self.why = why
+        self.reason = ("url_elicitation_required", why)
+        Exception.__init__(self, escape_unsafe(f"{self.args[0]} ({why})"))
+
+
 class RequestTimeout(Error):
     """No answer arrived within the timeout; the request was cancelled."""
 

@@ -368,6 +368,13 @@ class TaskStatusNoted(NamedTuple):
     params: dict[str, Any]
 
 
+class ElicitationCompleted(NamedTuple):
+    """A ``notifications/elicitation/complete`` for an elicitation the client saw: pass it to
+    the elicitation handler's ``on_complete`` hook, if it has one."""
+
+    params: dict[str, Any]
+
+
 class Stop(NamedTuple):
     """Close the client for good with this reason."""
 
@@ -389,6 +396,7 @@ Effect = (
     | RunHostHandler
     | ProgressNoted
     | TaskStatusNoted
+    | ElicitationCompleted
     | Stop
 )
 

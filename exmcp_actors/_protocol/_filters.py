@@ -11,13 +11,19 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from . import _messages as m
 from ._errors import FilterError
+
+_new_tuple = tuple.__new__
 
 TOOLS = "toolsListChanged"
 PROMPTS = "promptsListChanged"
 RESOURCES = "resourcesListChanged"
 #: Server log messages (``notifications/message``): delivered to legacy listeners and watches.
 LOG_MESSAGES = "logMessages"
+#: Completions of URL elicitations (``notifications/elicitation/complete``, MCP 2025-11-25):
+#: delivered as :class:`~._messages.ElicitationComplete`; no wire key (2026-07-28 has none).
+ELICITATION_COMPLETED = "elicitationComplete"
 RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
 TASK_IDS = "taskIds"
 #: Raw hooks: notification methods delivered as they come, known or not (legacy listeners and watches).
@@ -26,7 +32,7 @@ METHODS = "methods"
 MAX_METHODS = 64
 MAX_METHOD_LENGTH = 256
 
-CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES, LOG_MESSAGES)
+CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES, LOG_MESSAGES, ELICITATION_COMPLETED)
 WIRE_CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES)
 FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS, METHODS))
 
@@ -35,6 +41,7 @@ PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed"
 RESOURCES_LIST_CHANGED = "notifications/resources/list_changed"
 RESOURCE_UPDATED = "notifications/resources/updated"
 LOG_MESSAGE = "notifications/message"
+ELICITATION_COMPLETE = "notifications/elicitation/complete"
 TASK_STATUS = "notifications/tasks/status"
 #: The tasks extension's push on 2026-07-28 (SEP-2663); ``TASK_STATUS`` is the 2025-11-25 one.
 TASK_NOTIFICATION = "notifications/tasks"
@@ -47,12 +54,22 @@ CATEGORY_OF_METHOD: dict[str, str] = {
     PROMPTS_LIST_CHANGED: PROMPTS,
     RESOURCES_LIST_CHANGED: RESOURCES,
     LOG_MESSAGE: LOG_MESSAGES,
+    ELICITATION_COMPLETE: ELICITATION_COMPLETED,
 }
 
 #: Every notification method a filter can enable.
 FILTERABLE_METHODS: frozenset[str] = frozenset((*CATEGORY_OF_METHOD, RESOURCE_UPDATED, *TASK_NOTIFICATIONS))
 
 _LIST_CHANGED: Final = frozenset((TOOLS_LIST_CHANGED, PROMPTS_LIST_CHANGED, RESOURCES_LIST_CHANGED))
+
+
+def event_message(handle: Any, method: str, params: dict[str, Any]) -> Any:
+    """The message a listener or watch receives for a notification: a completed elicitation is
+    an :class:`~._messages.ElicitationComplete`, anything else a :class:`~._messages.Notification`."""
+    # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per delivery.
+    if method == ELICITATION_COMPLETE:
+        return _new_tuple(m.ElicitationComplete, (m.ELICITATION_COMPLETE, handle, params.get("elicitationId"), params))
+    return _new_tuple(m.Notification, (m.NOTIFICATION, handle, method, params))
 
 
 def signal_key(method: str, params: dict[str, Any]) -> Hashable | None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._elicit import ELICIT_ACTIONS, check_url_request
+from ._elicit_schema import check_form_content
 from ._extensions import TASKS_EXTENSION
-from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
+from ._filters import ELICITATION_COMPLETE, LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._peer_text import peer_text
 from ._sampling_request import check_sampling_request
 from ._sampling_result import check_sampling_result
@@ -28,7 +30,9 @@ CANCELLED = "notifications/cancelled"
 ROOTS_CHANGED = "notifications/roots/list_changed"
 
 #: Notifications the session reads itself rather than only routing them to listeners.
-SESSION_NOTIFICATIONS: frozenset[str] = frozenset((PROGRESS, CANCELLED, LOG_MESSAGE, *TASK_NOTIFICATIONS))
+SESSION_NOTIFICATIONS: frozenset[str] = frozenset(
+    (PROGRESS, CANCELLED, LOG_MESSAGE, ELICITATION_COMPLETE, *TASK_NOTIFICATIONS)
+)
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 #: Most ``input_required`` rounds (2026-07-28) one call, or one task, goes through; the SDKs use
@@ -51,6 +55,8 @@ class HostAbilities:
     extensions: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The sampling handler takes ``tools`` and ``toolChoice`` (advertised as ``sampling.tools``).
     sampling_tools: bool = False
+    #: The elicitation modes the handler takes (``form``, ``url``), advertised as given.
+    elicitation_modes: tuple[str, ...] = ("form",)
 
     def capabilities(self) -> dict[str, Any]:
         """The client capabilities to advertise (``initialize`` and the modern ``_meta``)."""
@@ -60,7 +66,7 @@ class HostAbilities:
         if self.sampling:
             caps["sampling"] = {"tools": {}} if self.sampling_tools else {}
         if self.elicitation:
-            caps["elicitation"] = {"form": {}}
+            caps["elicitation"] = {mode: {} for mode in self.elicitation_modes}
         requests: dict[str, Any] = {}
         if self.sampling:
             requests["sampling"] = {"createMessage": {}}
@@ -71,6 +77,11 @@ class HostAbilities:
         if self.extensions:
             caps["extensions"] = dict(self.extensions)
         return caps
+
+    @property
+    def url_elicitation(self) -> bool:
+        """Whether the host takes URL-mode elicitations (and so a -32042 error's)."""
+        return self.elicitation and "url" in self.elicitation_modes
 
     def answers(self, method: str) -> bool:
         return (
@@ -115,8 +126,10 @@ def created_task(result: Any) -> dict[str, Any] | None:
     return task if isinstance(task, dict) else None
 
 
-def check_request(method: str, params: Any, abilities: HostAbilities) -> str | None:
-    """Why a server request's params are unusable (a sentence), or None when they are fine."""
+def check_request(method: str, params: Any, abilities: HostAbilities, *, needs_id: bool = False) -> str | None:
+    """Why a server request's params are unusable (a sentence), or None when they are fine.
+    An elicitation mode the client did not advertise is -32602, as the spec says;
+    ``needs_id``: a URL elicitation must carry its ``elicitationId`` (2025-11-25)."""
     if not isinstance(params, dict):
         return f"{method} params must be an object"
     if method == SAMPLING:
@@ -125,34 +138,52 @@ def check_request(method: str, params: Any, abilities: HostAbilities) -> str | N
         if not isinstance(params.get("message"), str):
             return "elicitation/create needs 'message', a string"
         mode = params.get("mode", "form")
-        if mode == "form" and not isinstance(params.get("requestedSchema"), dict):
-            return "elicitation/create in form mode needs 'requestedSchema', an object"
         if mode not in ("form", "url"):
             return f"elicitation/create mode must be 'form' or 'url', got {peer_text(mode, quote=True)}"
+        if mode not in abilities.elicitation_modes:
+            return f"elicitation/create in {mode} mode, which this client did not advertise"
+        if mode == "form" and not isinstance(params.get("requestedSchema"), dict):
+            return "elicitation/create in form mode needs 'requestedSchema', an object"
         if mode == "url":
-            return "elicitation/create in url mode is not supported by this client"
+            return check_url_request(params, needs_id)
     return None
 
 
 def finish_answer(method: str, params: dict[str, Any], result: Any) -> tuple[dict[str, Any] | None, str | None]:
     """The host handler's ``result`` made ready to send: ``(result, None)``, or ``(None, why)``
     when it is unusable (not a dict; a sampling result of the wrong shape for its request).
-    Every answer of both eras, plain or run as a task, passes here. An accepted elicitation
-    gets the schema's defaults for the fields the handler left out (SEP-1034)."""
+    Every answer of both eras, plain or run as a task, passes here. An elicitation answer
+    needs an action; a URL-mode one is action only (any ``content`` is dropped: the data goes
+    out of band); an accepted form gets the schema's defaults for the fields the handler left
+    out (SEP-1034), then must fit the schema."""
     if not isinstance(result, dict):
         return None, f"the {peer_text(method)} handler returned {type(result).__name__}, not a dict"
     if method == SAMPLING:
         why = check_sampling_result(params, result)
         return (None, why) if why is not None else (result, None)
-    if method == ELICITATION and result.get("action") == "accept":
+    if method != ELICITATION:
+        return result, None
+    action = result.get("action")
+    if not isinstance(action, str) or action not in ELICIT_ACTIONS:
+        return (
+            None,
+            f"the elicitation handler answered action {peer_text(action, quote=True)}, not accept, decline or cancel",
+        )
+    if params.get("mode") == "url":
+        return {name: value for name, value in result.items() if name != "content"}, None
+    if action == "accept":
         schema = params.get("requestedSchema")
         properties = schema.get("properties") if isinstance(schema, dict) else None
-        if isinstance(properties, dict):
-            content = dict(result.get("content") or {})
+        content = result.get("content") or {}
+        if isinstance(properties, dict) and isinstance(content, dict):
+            content = dict(content)
             for name, spec in properties.items():
                 if name not in content and isinstance(spec, dict) and "default" in spec:
                     content[name] = spec["default"]
-            result = {**result, "content": content}
+        why = check_form_content(schema, content)
+        if why is not None:
+            return None, f"the elicitation handler's accepted content does not fit the requested schema: {why}"
+        result = {**result, "content": content}
     return result, None
 
 

@@ -1,13 +1,16 @@
 """Server requests the host answers, and notifications meant for the host (sans-IO).
 
-``sampling/createMessage`` and ``elicitation/create`` run the host's handler:
+``sampling/createMessage`` and ``elicitation/create`` (form, or URL mode once its URL
+passed ``_elicit_url``) run the host's handler:
 the session emits :class:`~._events.RunHostHandler`, the shell runs it off the
 reader and off the actor and feeds back :class:`~._events.HostAnswered`, which
 becomes the answer frame. ``roots/list`` is answered here from the roots the
 host set. A ``notifications/cancelled`` for a request still in a handler means
 no answer is ever sent for it. Progress and task status go to the shell
 (:class:`~._events.ProgressNoted`, :class:`~._events.TaskStatusNoted`); log
-messages are checked, then routed to listeners like any notification.
+messages are checked, then routed to listeners like any notification, as is a
+``notifications/elicitation/complete`` for an id the host was handed (its hook runs
+through :class:`~._events.ElicitationCompleted`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from typing import Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
-from ._filters import LOG_MESSAGE, TASK_NOTIFICATIONS
+from ._elicit import SeenElicitations
+from ._filters import ELICITATION_COMPLETE, LOG_MESSAGE, TASK_NOTIFICATIONS
 from ._host_checks import (
     CANCELLED,
+    ELICITATION,
     HOST_METHODS,
     PROGRESS,
     ROOTS,
@@ -52,7 +57,14 @@ TASK_KEY = "task"
 class HostRequests:
     """The session's part for what the server asks of, or tells, the host."""
 
-    def __init__(self, effects: ev.Effects, abilities: HostAbilities, roots: list[dict[str, Any]], name: str) -> None:
+    def __init__(
+        self,
+        effects: ev.Effects,
+        abilities: HostAbilities,
+        roots: list[dict[str, Any]],
+        name: str,
+        seen: SeenElicitations | None = None,
+    ) -> None:
         self.effects = effects
         self.abilities = abilities
         self.roots = roots
@@ -63,8 +75,10 @@ class HostRequests:
         self.answers_seen = 0  # for tests: handler outcomes the session has taken
         self._warned_at = -WARN_INTERVAL
         self._dropped = 0
-        #: A handler that returns junk may do so for every request: its errors are rate-limited.
-        self._bad_answers = RateLimitedLog(logger)
+        #: The URL elicitations handed to the host: only these may be reported complete.
+        self.seen = SeenElicitations() if seen is None else seen
+        #: A handler that returns junk, or a server that sends junk, may do so at every request.
+        self._log = RateLimitedLog(logger)
 
     def on_request(self, msg: rpc.ServerRequest, generation: int) -> bool:
         """Answer or start answering a request the host handles; False if it is not one."""
@@ -75,9 +89,9 @@ class HostRequests:
         if not self.abilities.answers(method):
             return self._custom(msg, generation)
         params = {} if msg.params is None else msg.params  # roots/list may come without params
-        why = check_request(method, params, self.abilities)
+        why = check_request(method, params, self.abilities, needs_id=True)
         if why is not None:
-            logger.warning("%s: refused a malformed %s from the server: %s", self.name, method, why)
+            self._log.warning("refused", "%s: refused a malformed %s from the server: %s", self.name, method, why)
             self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, why))
         elif method == ROOTS:
             self.effects.send(rpc.result_frame(msg.id, {"roots": [dict(root) for root in self.roots]}))
@@ -93,6 +107,8 @@ class HostRequests:
                     return True
                 key = (TASK_KEY, task_id)
                 params = {name: value for name, value in params.items() if name != "task"}
+            if method == ELICITATION and params.get("mode") == "url":
+                self.seen.note(params["elicitationId"])
             self.in_handler[key] = (method, params)
             self.effects.do(ev.RunHostHandler(method, key, params, generation))
         return True
@@ -125,7 +141,7 @@ class HostRequests:
         if message.error is None:
             result, why = finish_answer(method, params, message.result)
             if why is not None:
-                self._bad_answers.error(method, "%s: %s; answering -32603, not the result", self.name, why)
+                self._log.error(method, "%s: %s; answering -32603, not the result", self.name, why)
                 why = f"internal error: {why}"
         if isinstance(key, tuple) and key[0] == TASK_KEY:
             self.tasks.finished(key[1], result, why)
@@ -154,6 +170,8 @@ class HostRequests:
             if why is None:
                 self.effects.do(ev.TaskStatusNoted(params))
                 return False
+        elif method == ELICITATION_COMPLETE:
+            return self._completed(params)
         elif method == LOG_MESSAGE:
             why = check_log(params)
             if why is None:
@@ -162,6 +180,17 @@ class HostRequests:
             return False
         if why is not None:
             self._warn(method, why, params)
+        return True
+
+    def _completed(self, params: dict[str, Any]) -> bool:
+        """An elicitation the host was handed reaches its hook and the listeners; another is ignored
+        (the spec says so of unknown and already-completed ids)."""
+        elicitation_id = params.get("elicitationId")
+        if self.seen.take(elicitation_id):
+            self.effects.do(ev.ElicitationCompleted(params))
+            return False
+        shown = peer_text(elicitation_id, quote=True)
+        self._log.info("unknown-elicitation", "%s: ignored the completion of unknown elicitation %s", self.name, shown)
         return True
 
     def _cancelled(self, request_id: Any) -> None:

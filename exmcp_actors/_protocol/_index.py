@@ -11,7 +11,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import _messages as m
-from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter
+from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
 
@@ -155,8 +155,8 @@ def dispatch(
             items = out.get(entry.route)
             if items is None:
                 items = out[entry.route] = []
-            # Indexed entries are legacy listeners and watches: always a Notification.
-            items.append(_new_tuple(m.Notification, (m.NOTIFICATION, entry.handle, method, params)))
+            # Indexed entries are legacy listeners and watches: a Notification (or an ElicitationComplete).
+            items.append(event_message(entry.handle, method, params))
     for entry in index.reached_raw(method, params):
         out.setdefault(entry.route, []).append(
             _new_tuple(m.RawNotification, (m.RAW_NOTIFICATION, entry.handle, method, params))

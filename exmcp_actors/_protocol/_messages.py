@@ -37,6 +37,18 @@ class RawNotification(NamedTuple):
     params: dict[str, Any]
 
 
+class ElicitationComplete(NamedTuple):
+    """The server finished a URL-mode elicitation the client had handed to the host
+    (``notifications/elicitation/complete``; an ``elicitationComplete`` filter asks for it)."""
+
+    tag: Literal["ex_mcp_elicitation_complete"]
+    listener: Any
+    #: The ``elicitationId`` of the ``elicitation/create`` (or -32042 error) it completes.
+    elicitation_id: str
+    #: The notification params as sent.
+    params: dict[str, Any]
+
+
 class Reconnected(NamedTuple):
     """The client reconnected and re-subscribed the listener's URIs."""
 
@@ -86,6 +98,7 @@ class SubscriptionClosed(NamedTuple):
 
 NOTIFICATION: Final = "ex_mcp_notification"
 RAW_NOTIFICATION: Final = "ex_mcp_raw_notification"
+ELICITATION_COMPLETE: Final = "ex_mcp_elicitation_complete"
 RECONNECTED: Final = "ex_mcp_notification_reconnected"
 CLOSED: Final = "ex_mcp_notification_closed"
 SUBSCRIPTION: Final = "ex_mcp_subscription"

@@ -18,7 +18,7 @@ from typing import Any
 from . import _messages as m
 from ._errors import NotConnected, TransitionError
 from ._events import Effects, Outbox, Release, RetireProxy, StartProxy, ToWorker
-from ._filters import NotificationFilter
+from ._filters import NotificationFilter, event_message
 from ._index import Index
 from ._peer_text import peer_text
 from ._state import ENTRY_MOVES, ENTRY_STARTS, UNANNOUNCED, EntryState, checked_move
@@ -74,7 +74,7 @@ class Entry:
         # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per delivery.
         if self.kind == "subscription":
             return _new_tuple(m.SubscriptionEvent, (m.SUBSCRIPTION, self.handle, method, params))
-        return _new_tuple(m.Notification, (m.NOTIFICATION, self.handle, method, params))
+        return event_message(self.handle, method, params)
 
     def closed(self, reason: Any) -> Any:
         if self.kind == "subscription":

@@ -100,7 +100,7 @@ class Session:
             self.subscriptions,
             self.restore_log_level,
         )
-        self.host = HostRequests(self.effects, config.host, list(config.roots), name)
+        self.host = HostRequests(self.effects, config.host, list(config.roots), name, config.elicitations)
         #: The kept list pages and the tool book (``auth_context``: who requests are made as).
         self.lists = ServerLists(name, lambda: self.era, lambda: self.generation, auth_context)
         #: The host's log level; a modern peer gets it in every request's ``_meta``.

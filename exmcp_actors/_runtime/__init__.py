@@ -37,6 +37,10 @@ the listener index             written under the monitor *and* the lane's lock;
                                field replaced whole; read by the facade without a lock
 the refcount book              under ``SharedBook.lock``; wire operations on it in
                                ``SharedBook.serial`` (the client's wire turn)
+the seen elicitation ids       ``SeenElicitations``, one per client (the host runtime's, in
+                               the session's config): noted by the session and by host
+                               threads (a -32042's elicitations), taken by the session,
+                               each under its own leaf lock
 a handle's inbox and bound     queued by whoever delivers (under the monitor or the
                                lane's lock), read by the host; cut levels only rise
 the transport                  ``send``/``cancel_stream``/``auth_context`` by a monitor holder;
@@ -94,7 +98,9 @@ A thread holding a lock may take only those below it, never one above::
     session monitor          SessionMonitor.lock (never held while waiting for I/O or a reply)
     delivery lane            DeliveryLane._lock (re-entrant; a reader takes it first and only
                              *tries* the monitor, so the two cannot deadlock)
-    leaves                   SharedBook.lock, Shell._proxy_lock, LivenessWatcher._lock, the
+    leaves                   SharedBook.lock, Shell._proxy_lock, LivenessWatcher._lock,
+                             SeenElicitations' (the session and host threads note and take
+                             elicitation ids under it, nothing else), the
                              scheduler's, a transport's writer queue, host pool queues and
                              the like: none runs host code or takes a lock above it, and
                              they nest only in this order: Shell._proxy_lock (starting a

@@ -355,6 +355,10 @@ class Shell:
         if self.config.host is not None:
             self.config.host.task_status(effect)
 
+    def _elicitation_completed(self, session: Session, effect: ev.ElicitationCompleted) -> None:
+        if self.config.host is not None:
+            self.config.host.elicitation_completed(effect)
+
     def _stop_client(self, session: Session, effect: ev.Stop) -> None:
         self.closing_reason = effect.reason
         if self._actor is not None:
@@ -376,5 +380,6 @@ PERFORMERS: dict[type, Callable[[Shell, Session, Any], None]] = {
     ev.RunHostHandler: Shell._run_host_handler,
     ev.ProgressNoted: Shell._progress,
     ev.TaskStatusNoted: Shell._task_status,
+    ev.ElicitationCompleted: Shell._elicitation_completed,
     ev.Stop: Shell._stop_client,
 }

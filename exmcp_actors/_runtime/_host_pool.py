@@ -17,7 +17,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from .._protocol._events import HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
+from .._protocol._elicit import SeenElicitations
+from .._protocol._events import ElicitationCompleted, HostAnswered, ProgressNoted, RunHostHandler, TaskStatusNoted
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
 from .._protocol._peer_text import peer_text
 from .._protocol._ratelog import RateLimitedLog
@@ -170,6 +171,7 @@ class HostRuntime:
         on_request: RequestHandler | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
         sampling_tools: bool = False,
+        elicitation_modes: tuple[str, ...] = ("form",),
     ) -> None:
         self.name = name
         #: The roots as the facade last set them (the session keeps its own copy for legacy peers).
@@ -188,9 +190,12 @@ class HostRuntime:
             custom=on_request is not None,
             extensions=dict(extensions or {}),
             sampling_tools=sampling_tools,
+            elicitation_modes=elicitation_modes,
         )
         #: A handler that raises or returns junk may do so for every request: its errors are rate-limited.
         self._bad_answers = RateLimitedLog(logger)
+        #: The URL elicitations handed to the handler (shared with the session, which takes them).
+        self.elicitations = SeenElicitations()
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
         #: The progress callbacks of calls in flight, by progress token.
@@ -250,6 +255,8 @@ class HostRuntime:
         why = check_request(method, params, self.abilities)
         if why is not None:
             return None, why
+        if method == ELICITATION and isinstance(params, dict) and params.get("mode") == "url":
+            self.elicitations.note(params.get("elicitationId"))
         if method not in self.handlers:
             return {"roots": [dict(root) for root in self.roots]}, None
         try:
@@ -260,6 +267,20 @@ class HostRuntime:
         if why is not None:
             self._bad_answers.error(method, "%s: %s; the call fails, nothing is sent", self.name, why)
         return finished, why
+
+    def elicitation_completed(self, effect: ElicitationCompleted) -> None:
+        """Pass a completion to the elicitation handler's ``on_complete`` hook, on the callback pool."""
+        hook = getattr(self.handlers.get(ELICITATION), "on_complete", None)
+        if not callable(hook):
+            return
+
+        def job() -> None:
+            try:
+                hook(effect.params)
+            except Exception as error:
+                logger.warning("%s: the elicitation handler's on_complete raised %r", self.name, error)
+
+        self.callback_pool.submit(job)
 
     # -- progress and tasks ----------------------------------------------------------------
 

@@ -11,6 +11,9 @@ defaults), ``show_roots()`` (roots/list), ``count(n)`` (progress and a log messa
 per step), ``slow_sample(topic)`` (sampling, with a log before and after),
 ``ask_llm_tools(city)`` (a two-round sampling tool loop: the model is offered ``get_weather``;
 each ``tool_use`` it answers gets a ``tool_result`` in a second request).
+``connect_account(url)`` (a URL-mode ``elicitation/create``, then
+``notifications/elicitation/complete`` once accepted; legacy era), ``needs_auth()``
+(answers -32042 URL elicitation required until called again, then completes it).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from mcp.server.runner import serve_dual_era_loop, serve_loop
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types import (
     CreateMessageResult,
     CreateMessageResultWithTools,
+    ElicitRequestURLParams,
     ListRootsResult,
     SamplingMessage,
     TextContent,
@@ -48,7 +53,7 @@ from pydantic import BaseModel
 warnings.simplefilter("ignore")  # the SDK flags logging as deprecated in 2026-07-28; legacy hosts use it
 app = MCPServer("exmcp-host-peer")
 #: What the host told this process: the log levels it set, how often its roots changed.
-HEARD: dict[str, list[str]] = {"levels": [], "roots_changed": []}
+HEARD: dict[str, list[str]] = {"levels": [], "roots_changed": [], "auth_asked": []}
 CITIES = ["Lisbon", "London", "Lyon", "Madrid"]
 
 
@@ -137,6 +142,31 @@ async def count(n: int, ctx: Context) -> str:
         await ctx.report_progress(step, n, f"step {step}")
         await ctx.info(f"counted {step}")
     return f"counted to {n}"
+
+
+@app.tool()
+async def connect_account(url: str, ctx: Context) -> str:
+    """Send the user to ``url`` (URL-mode elicitation); once accepted, report it complete."""
+    answer = await ctx.elicit_url("Connect your account to continue.", url, "acct-1")
+    if answer.action == "accept":
+        await ctx.session.send_elicit_complete("acct-1")
+    return json.dumps({"action": answer.action})
+
+
+@app.tool()
+async def needs_auth(ctx: Context) -> str:
+    """-32042 on the first call (a URL elicitation must come first); the next call completes it."""
+    if not HEARD["auth_asked"]:
+        HEARD["auth_asked"].append("x")
+        elicitation = ElicitRequestURLParams(
+            mode="url",
+            message="Authorize access to your files.",
+            url="https://auth.example.com/connect?e=auth-1",
+            elicitation_id="auth-1",
+        )
+        raise UrlElicitationRequiredError([elicitation])
+    await ctx.session.send_elicit_complete("auth-1")
+    return "authorized"
 
 
 @app.tool()
