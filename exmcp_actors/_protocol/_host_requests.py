@@ -60,8 +60,10 @@ class HostRequests:
         self.answers_seen = 0  # for tests: handler outcomes the session has taken
         self._warned_at = -WARN_INTERVAL
         self._dropped = 0
-        #: A handler that returns junk may do so for every request: its errors are rate-limited.
+        #: A handler that returns junk, or a server that sends it, may do so for every request:
+        #: their records are rate-limited.
         self._bad_answers = RateLimitedLog(logger)
+        self._bad_requests = RateLimitedLog(logger)
 
     def on_request(self, msg: rpc.ServerRequest, generation: int) -> bool:
         """Answer or start answering a request the host handles; False if it is not one."""
@@ -74,7 +76,7 @@ class HostRequests:
         params = {} if msg.params is None else msg.params  # roots/list may come without params
         why = check_request(method, params, self.abilities)
         if why is not None:
-            logger.warning("%s: refused a malformed %s from the server: %s", self.name, method, why)
+            self._bad_requests.warning(method, "%s: refused a malformed %s from the server: %s", self.name, method, why)
             self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, why))
         elif method == ROOTS:
             self.effects.send(rpc.result_frame(msg.id, {"roots": [dict(root) for root in self.roots]}))
