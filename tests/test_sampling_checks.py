@@ -227,6 +227,17 @@ def test_bad_results_are_logged_at_a_bounded_rate(
     assert len([r for r in caplog.records if "role 'assistant'" in r.getMessage()]) == 1
 
 
+def test_malformed_requests_are_logged_at_a_bounded_rate(
+    connect: Callable[..., mcp.Client], server: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    connect(sampling=Handler(), sampling_tools=True)
+    with caplog.at_level(logging.WARNING, logger="exmcp_actors"):
+        for _ in range(5):
+            assert answer_of(server, {**TOOLS, "toolChoice": {"mode": "\x1b[2J"}})["error"]["code"] == -32602
+    records = [r.getMessage() for r in caplog.records if "refused a malformed sampling" in r.getMessage()]
+    assert len(records) == 1 and "\\x1b[2J" in records[0] and "\x1b" not in records[0]
+
+
 def test_a_bad_result_of_a_sampling_task_fails_the_task(connect: Callable[..., mcp.Client], server: FakeServer) -> None:
     release = threading.Event()
 

@@ -91,7 +91,9 @@ class HostRequests:
         params = {} if msg.params is None else msg.params  # roots/list may come without params
         why = check_request(method, params, self.abilities, needs_id=True)
         if why is not None:
-            self._log.warning("refused", "%s: refused a malformed %s from the server: %s", self.name, method, why)
+            self._log.warning(
+                f"refused {method}", "%s: refused a malformed %s from the server: %s", self.name, method, why
+            )
             self.effects.send(rpc.error_frame(msg.id, rpc.INVALID_PARAMS, why))
         elif method == ROOTS:
             self.effects.send(rpc.result_frame(msg.id, {"roots": [dict(root) for root in self.roots]}))
