@@ -18,6 +18,8 @@ import exmcp_actors as mcp
 from tests.peers.everything import everything_argv, missing_tools
 
 TIMEOUT = 20.0
+#: A peer's start (node, or the SDK's imports) may take long on a busy machine.
+START_TIMEOUT = 90.0
 HOST_PEER = str(Path(__file__).parent / "peers" / "host_server.py")
 TOOL = "trigger-url-elicitation"
 
@@ -25,8 +27,11 @@ TOOL = "trigger-url-elicitation"
 class Person:
     """An elicitation handler answering ``action`` to URL requests; it records what it saw."""
 
-    def __init__(self, action: str = "accept") -> None:
-        self.action = action
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.action = "accept"
         self.asked: list[dict[str, Any]] = []
         self.completed: list[dict[str, Any]] = []
         self.completion = threading.Event()
@@ -53,8 +58,8 @@ def everything() -> Iterator[tuple[mcp.Client, Person]]:
         everything_argv(),
         elicitation=person,
         elicitation_modes=("form", "url"),
-        connect_timeout=TIMEOUT,
-        probe_timeout=TIMEOUT,
+        connect_timeout=START_TIMEOUT,
+        probe_timeout=START_TIMEOUT,
     )
     yield client, person
     client.disconnect()
@@ -63,7 +68,9 @@ def everything() -> Iterator[tuple[mcp.Client, Person]]:
 def test_the_npm_server_offers_its_url_tool_only_to_a_url_capable_client() -> None:
     if missing_tools() is not None:
         pytest.skip(str(missing_tools()))
-    client = mcp.connect(everything_argv(), elicitation=Person(), connect_timeout=TIMEOUT, probe_timeout=TIMEOUT)
+    client = mcp.connect(
+        everything_argv(), elicitation=Person(), connect_timeout=START_TIMEOUT, probe_timeout=START_TIMEOUT
+    )
     try:
         assert TOOL not in [tool["name"] for tool in client.list_tools(timeout=TIMEOUT)]
     finally:
@@ -112,43 +119,36 @@ def test_a_hostile_url_of_the_npm_server_never_reaches_the_handler(everything: t
     assert person.asked == []
 
 
-@pytest.fixture
-def sdk() -> Iterator[tuple[mcp.Client, Person]]:
+def test_url_elicitation_against_the_sdk_server() -> None:
+    """One peer start (seconds on a busy machine): a URL request then its completion, a -32042
+    retried and then completed, and a hostile URL refused."""
     person = Person()
     client = mcp.connect(
         [sys.executable, HOST_PEER],
         protocol="legacy",
         elicitation=person,
         elicitation_modes=("url",),
-        connect_timeout=TIMEOUT,
+        connect_timeout=START_TIMEOUT,
     )
-    yield client, person
-    client.disconnect()
-
-
-def test_a_url_elicitation_of_the_sdk_server_is_completed(sdk: tuple[mcp.Client, Person]) -> None:
-    client, person = sdk
-    with client.watch({"elicitationComplete": True}, timeout=TIMEOUT) as watch:
-        result = client.call_tool("connect_account", {"url": "https://auth.example.com/acct"}, timeout=TIMEOUT)
-        assert json.loads(text_of(result)) == {"action": "accept"}
-        done = watch.get(timeout=TIMEOUT)
-    assert isinstance(done, mcp.ElicitationComplete) and done.elicitation_id == "acct-1"
-    assert person.asked[0]["url"] == "https://auth.example.com/acct" and person.asked[0]["elicitationId"] == "acct-1"
-    assert person.completion.wait(TIMEOUT) and person.completed == [{"elicitationId": "acct-1"}]
-
-
-def test_a_32042_of_the_sdk_server_is_retried_and_then_completed(sdk: tuple[mcp.Client, Person]) -> None:
-    client, person = sdk
-    listener = client.subscribe_notifications({"elicitationComplete": True}, timeout=TIMEOUT)
-    assert text_of(client.call_tool("needs_auth", {}, timeout=TIMEOUT)) == "authorized"
-    assert [asked["elicitationId"] for asked in person.asked] == ["auth-1"]
-    done = listener.get(timeout=TIMEOUT)
-    assert isinstance(done, mcp.ElicitationComplete) and done.elicitation_id == "auth-1"
-
-
-def test_a_hostile_url_of_the_sdk_server_never_reaches_the_handler(sdk: tuple[mcp.Client, Person]) -> None:
-    client, person = sdk
-    # The SDK passes the client's -32602 on as the tool call's error.
-    with pytest.raises(mcp.RequestError, match="userinfo") as raised:
-        client.call_tool("connect_account", {"url": "https://bank.example@evil.example/"}, timeout=TIMEOUT)
-    assert raised.value.code == -32602 and person.asked == []
+    with client:
+        # elicitation/create in url mode, then notifications/elicitation/complete to a watch
+        with client.watch({"elicitationComplete": True}, timeout=TIMEOUT) as watch:
+            result = client.call_tool("connect_account", {"url": "https://auth.example.com/acct"}, timeout=TIMEOUT)
+            assert json.loads(text_of(result)) == {"action": "accept"}
+            done = watch.get(timeout=TIMEOUT)
+        assert isinstance(done, mcp.ElicitationComplete) and done.elicitation_id == "acct-1"
+        assert person.asked[0]["url"] == "https://auth.example.com/acct"
+        assert person.asked[0]["elicitationId"] == "acct-1"
+        assert person.completion.wait(TIMEOUT) and person.completed == [{"elicitationId": "acct-1"}]
+        # UrlElicitationRequiredError: handed to the handler, retried once, completed to a listener
+        person.reset()
+        listener = client.subscribe_notifications({"elicitationComplete": True}, timeout=TIMEOUT)
+        assert text_of(client.call_tool("needs_auth", {}, timeout=TIMEOUT)) == "authorized"
+        assert [asked["elicitationId"] for asked in person.asked] == ["auth-1"]
+        done = listener.get(timeout=TIMEOUT)
+        assert isinstance(done, mcp.ElicitationComplete) and done.elicitation_id == "auth-1"
+        # a hostile URL: the SDK passes the client's -32602 on as the tool call's error
+        person.reset()
+        with pytest.raises(mcp.RequestError, match="userinfo") as raised:
+            client.call_tool("connect_account", {"url": "https://bank.example@evil.example/"}, timeout=TIMEOUT)
+        assert raised.value.code == -32602 and person.asked == []
