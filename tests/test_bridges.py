@@ -347,3 +347,9 @@ def test_qt_without_pyside6_is_an_import_error_naming_it(monkeypatch: pytest.Mon
     with pytest.raises(ImportError, match="QtSubscriber needs PySide6"):
         QtSubscriber()
     assert not isinstance(object(), QtSubscriber)
+
+
+def test_importing_the_bridges_imports_no_gui_toolkit() -> None:
+    code = "import sys, exmcp_actors.bridges; print(sorted({'tkinter', 'PySide6'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT, check=True)
+    assert done.stdout.strip() == "[]"
