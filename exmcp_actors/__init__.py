@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from ._api._call import Call
 from ._api._catalog import Catalog, CatalogChanged
 from ._api._client import Client
 from ._api._config import ConfigError
@@ -66,6 +67,7 @@ __all__ = [
     "LEGACY_VERSIONS",
     "MODERN_VERSIONS",
     "Backoff",
+    "Call",
     "Catalog",
     "CatalogChanged",
     "Client",
