@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
@@ -73,6 +74,21 @@ EXTRA_TOOLS: list[types.Tool] = [
         description="notifications/cancelled for every open listen, then (unless `answer` is false) its answer.",
         input_schema=_object({"reason": {"type": "string"}, "answer": {"type": "boolean"}}),
     ),
+    types.Tool(
+        name="progress_steps",
+        description="Sends `steps` progress notifications `interval` seconds apart, then answers.",
+        input_schema=_object({"steps": {"type": "integer"}, "interval": {"type": "number"}}),
+    ),
+    types.Tool(
+        name="hang",
+        description="Waits up to `seconds`; a cancellation of it is recorded under `key` (see was_aborted).",
+        input_schema=_object({"key": {"type": "string"}, "seconds": {"type": "number"}}),
+    ),
+    types.Tool(
+        name="was_aborted",
+        description="JSON: whether the hang call under `key` was cancelled, and whether it started.",
+        input_schema=_object({"key": {"type": "string"}}),
+    ),
 ]
 _NAMES = frozenset(["route", *(tool.name for tool in EXTRA_TOOLS)])
 
@@ -91,6 +107,8 @@ class Extras:
     posts: dict[str, int] = field(default_factory=dict)
     #: drop_next: target -> how many more response streams to cut.
     drops: dict[str, int] = field(default_factory=dict)
+    #: hang: key -> "running", "aborted" or "finished".
+    hangs: dict[str, str] = field(default_factory=dict)
 
     def tools(self, base: list[types.Tool]) -> list[types.Tool]:
         return [*base, _route(self.region_header), *EXTRA_TOOLS] if self.enabled else base
@@ -104,10 +122,34 @@ class Extras:
     def serves(self, name: str) -> bool:
         return self.enabled and name in _NAMES
 
-    async def call(self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any) -> str:
+    async def call(
+        self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any, ctx: Any = None
+    ) -> str:
         """Run an extra tool; returns its text. ``listens``: the open listen records
-        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``."""
+        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``; ``ctx``: the call's."""
         self.runs[name] = self.runs.get(name, 0) + 1
+        if name == "progress_steps":
+            token = (ctx.meta or {}).get("progress_token") if ctx is not None else None
+            steps = int(args.get("steps", 3))
+            for step in range(1, steps + 1):
+                if token is not None:
+                    await ctx.session.send_progress_notification(
+                        token, step, steps, f"step {step}", related_request_id=ctx.request_id
+                    )
+                await anyio.sleep(float(args.get("interval", 0.05)))
+            return f"done after {steps}"
+        if name == "hang":
+            key = str(args["key"])
+            self.hangs[key] = "running"
+            try:
+                await anyio.sleep(float(args.get("seconds", 30)))
+            except anyio.get_cancelled_exc_class():
+                self.hangs[key] = "aborted"
+                raise
+            self.hangs[key] = "finished"
+            return "finished"
+        if name == "was_aborted":
+            return json.dumps({"state": self.hangs.get(str(args["key"]))})
         if name == "route":
             return json.dumps(dict(args), sort_keys=True)
         if name in ("bump", "peek"):

@@ -567,7 +567,7 @@ def build_server(
                 listen_handler.close()
             return _text(json.dumps({"closed": open_ids}))
         if state.extras.serves(name):
-            return _text(await state.extras.call(name, args, state.listens.values(), listen_handler))
+            return _text(await state.extras.call(name, args, state.listens.values(), listen_handler, ctx))
         if name == "configure":
             state.refuse_subscribe.update(args.get("refuse_subscribe") or [])
             state.refuse_subscribe.difference_update(args.get("allow_subscribe") or [])
