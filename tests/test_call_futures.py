@@ -28,6 +28,7 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, FakeServer
 from tests.peers.launch import Peer
+from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
 from tests.sdk_helpers import WAIT, TapTransport
 
 EXTRA = ("--extra-tools",)
@@ -241,3 +242,36 @@ def test_sigint_in_call_tool_cancels_on_the_wire(peer: Peer) -> None:
             child.kill()
             child.wait()
         watcher.disconnect()
+
+
+@pytest.fixture(scope="module")
+def ts_peer() -> Iterator[Peer]:
+    why = missing_tools()
+    if why is not None:
+        pytest.skip(why)
+    with ts_http_peer() as started:
+        yield started
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+def test_cancel_aborts_the_ts_servers_tool(kind: str, era: str, ts_peer: Peer) -> None:
+    """Legacy: ``notifications/cancelled``; 2026-07-28 over HTTP: the close of the request's stream."""
+    inner = mcp.StdioTransport(ts_argv()) if kind == "stdio" else mcp.HttpTransport(ts_peer.url)
+    tap = TapTransport(inner)
+    client = mcp.connect(tap, protocol=era)
+    try:
+        key = f"ts-{kind}-{era}"
+        call = client.submit_tool("hang", {"key": key, "seconds": 30})
+        wait_state(client, key, "running")
+        assert call.cancel() is True and call.cancelled()
+        wait_state(client, key, "aborted")
+        assert call.cancel() is False
+        cancels = tap.sent_messages("notifications/cancelled")
+        if kind == "http" and era == "modern":
+            assert call.request_id in dict(tap.stream_cancels), tap.stream_cancels
+            assert cancels == []
+        else:
+            assert [m["params"]["requestId"] for m in cancels] == [call.request_id]
+    finally:
+        client.disconnect()

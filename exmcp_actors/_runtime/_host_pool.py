@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -27,6 +28,10 @@ _STOP = object()
 #: Statuses of task ids with no handle yet, kept for that many tasks.
 MAX_EARLY_TASKS = 64
 T = TypeVar("T")
+
+
+#: Seconds a closing client waits for its call pool's workers to end.
+CALL_POOL_JOIN = 1.0
 
 
 class WorkerPool:
@@ -77,6 +82,13 @@ class WorkerPool:
             self._queued += len(self._threads)
         for _ in self._threads:
             self._jobs.put(_STOP)
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds in all for the workers to end (never for this thread)."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class ProgressFeed:
@@ -266,6 +278,8 @@ class HostRuntime:
         self.handler_pool.close()
         self.callback_pool.close()
         self.call_pool.close()
+        # Idle workers end at once; one still in a done-callback (which must not block) is not waited for long.
+        self.call_pool.join(CALL_POOL_JOIN)
         with self._early_lock:  # from here on adopt_task() ends a handle rather than keeping it
             self._closed = True
         for feed in self.tasks.drain():  # their readers stop waiting: no status can come any more

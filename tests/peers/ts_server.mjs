@@ -20,7 +20,9 @@
 // listener: resources/updated for it on legacy sessions and modern listens);
 // add_tool {name} (registers a tool, then tools/list_changed); route {region, shard?}
 // (both marked x-mcp-header: over HTTP on 2026-07-28 they ride in Mcp-Param-* headers,
-// which the SDK checks against the body, answering -32020 when they disagree).
+// which the SDK checks against the body, answering -32020 when they disagree);
+// hang {key, seconds} (waits; records under key whether its request was aborted, by
+// notifications/cancelled or the close of its stream) and was_aborted {key} (that record).
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
@@ -46,6 +48,8 @@ const versions = new Map([
   ['demo://b', 0],
 ]);
 const extraTools = [];
+// hang: key -> 'running' | 'aborted' | 'finished'.
+const hangs = new Map();
 // Every live server instance (stdio pins one per connection; HTTP makes one per request).
 const live = new Set();
 let handler;
@@ -99,6 +103,29 @@ function build(ctx) {
       inputSchema: { region: z.string().meta({ 'x-mcp-header': 'Region' }), shard: z.number().int().optional().meta({ 'x-mcp-header': 'Shard' }) },
     },
     ({ region, shard }) => text(`region ${region} shard ${shard}`),
+  );
+  server.registerTool(
+    'hang',
+    { description: 'Waits; records whether it was aborted.', inputSchema: { key: z.string(), seconds: z.number() } },
+    ({ key, seconds }, ctx) =>
+      new Promise((resolve) => {
+        hangs.set(key, 'running');
+        const signal = ctx.mcpReq.signal;
+        const timer = setTimeout(() => {
+          hangs.set(key, 'finished');
+          resolve(text('finished'));
+        }, seconds * 1000);
+        signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          hangs.set(key, 'aborted');
+          resolve(text('aborted'));
+        });
+      }),
+  );
+  server.registerTool(
+    'was_aborted',
+    { description: "A hang call's record.", inputSchema: { key: z.string() } },
+    ({ key }) => text(JSON.stringify({ state: hangs.get(key) ?? null })),
   );
   for (const name of extraTools) {
     server.registerTool(name, { description: 'Added at run time.' }, () => text(name));
