@@ -275,3 +275,26 @@ def test_cancel_aborts_the_ts_servers_tool(kind: str, era: str, ts_peer: Peer) -
             assert [m["params"]["requestId"] for m in cancels] == [call.request_id]
     finally:
         client.disconnect()
+
+
+def test_ctrl_c_during_the_send_leaves_no_pending_entry(
+    legacy_server: FakeServer, legacy_client: mcp.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    legacy_server.on("tools/call", lambda params, ctx: NO_REPLY)
+    run = legacy_client._run
+
+    def interrupted(message: Any, timeout: float | None = None) -> Any:
+        outcome = run(message, timeout)
+        if type(message).__name__ == "SendRequest":
+            raise KeyboardInterrupt  # as if Ctrl-C came just after the request went out
+        return outcome
+
+    monkeypatch.setattr(legacy_client, "_run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        legacy_client.call_tool("t", timeout=WAIT)
+    monkeypatch.undo()
+    _, sent = legacy_server.wait_for("tools/call")
+    _, cancelled = legacy_server.wait_for("notifications/cancelled", requestId=sent["id"])
+    assert cancelled["params"]["reason"] == "interrupted"
+    legacy_client.ping()  # still serving; and the ended call's entry is gone
+    assert legacy_client._inspect()["pending"] == 0
