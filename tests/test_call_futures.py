@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors.testing import NO_REPLY, FakeServer
+from exmcp_actors.testing import NO_REPLY, FakeServer, FakeTasks
 from tests.peers.launch import Peer
 from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
 from tests.sdk_helpers import WAIT, TapTransport
@@ -298,3 +298,18 @@ def test_ctrl_c_during_the_send_leaves_no_pending_entry(
     assert cancelled["params"]["reason"] == "interrupted"
     legacy_client.ping()  # still serving; and the ended call's entry is gone
     assert legacy_client._inspect()["pending"] == 0
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_submit_tool_with_task_settles_with_the_task_handle(era: str) -> None:
+    with FakeServer(era=era) as server:
+        tasks = FakeTasks(server)
+        client = mcp.connect(server.transport(), reconnect=False, request_timeout=WAIT)
+        try:
+            call = client.submit_tool("echo", {}, task=True)
+            task = call.result(WAIT)
+            assert isinstance(task, mcp.Task) and task.task_id == tasks.wait_created()
+            tasks.complete(task.task_id, {"content": [{"type": "text", "text": "done"}]})
+            assert task.result(timeout=WAIT)["content"][0]["text"] == "done"
+        finally:
+            client.disconnect()
