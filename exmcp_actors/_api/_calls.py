@@ -9,6 +9,7 @@ blocking forms here wait on that future.
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -24,6 +25,8 @@ from .._util._reply import Reply
 from ._call import Call
 from ._lists import Meta, check_meta, with_meta
 from ._submit import Progress, SubmitCalls
+
+logger = logging.getLogger("exmcp_actors")
 
 
 class PendingRequest(NamedTuple):
@@ -88,7 +91,10 @@ class ServerCalls(SubmitCalls):
         try:
             return pending.future.result(max(0.0, wait))
         except FutureTimeout:
-            self._run(CancelRequest(pending.request_id, "timeout"))
+            try:  # the timeout is the outcome: its own cancel failing (a client stopping) must not hide it
+                self._run(CancelRequest(pending.request_id, "timeout"))
+            except Exception as failed:
+                logger.info("%s: cancelling %s after its timeout failed: %r", self.name, pending.method, failed)
             shown = wait if timeout is None else timeout
             raise RequestTimeout(f"{pending.method} got no answer within {shown:g}s") from None
 
