@@ -77,6 +77,8 @@ class Call(Future[Any]):
         self._claimed = False
         self._request_id: Any = None
         self._timer: TimerHandle | None = None
+        #: A blocking step (a re-listing) keeps to the deadline itself and reports its own error.
+        self._step_owns_expiry = False
         #: What to run once settled (the progress feed's end), off the settling thread.
         self._cleanup: list[Callable[[], None]] = []
 
@@ -171,9 +173,15 @@ class Call(Future[Any]):
         """The timer fired: expire unless a progress moved the deadline meanwhile (a newer
         timer is armed then) or the call settled."""
         with self._claim_lock:
-            if self._claimed or time.monotonic() < self._budget.deadline() - 0.001:
+            if self._claimed or self._step_owns_expiry or time.monotonic() < self._budget.deadline() - 0.001:
                 return
         self._abandon("timeout", RequestTimeout(f"{self.method} got no answer {self._budget.describe()}"))
+
+    def _own_expiry(self, owned: bool) -> None:
+        """While ``owned``, the timer leaves the expiry to the step running; after, it is re-armed."""
+        self._step_owns_expiry = owned
+        if not owned:
+            self._arm()
 
     def _remaining(self) -> float:
         return max(self._budget.deadline() - time.monotonic(), 0.001)

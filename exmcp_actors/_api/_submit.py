@@ -265,12 +265,14 @@ class SubmitCalls(ListCalls):
         )
 
     def _relist_and_retry(self, call: Call, drive: Drive, mismatch: RequestError) -> None:
+        call._own_expiry(True)  # a re-listing out of time reports the mismatch, not a bare timeout
         try:  # the re-listing is part of this call: within its one timeout
             self._paginate("tools/list", None, False, deadline=call._budget.deadline())
         except Error as relist_failed:
             raise mismatch from relist_failed
-        if time.monotonic() < call._budget.deadline():
-            self._send_round(call, drive)
+        finally:
+            call._own_expiry(False)
+        self._send_round(call, drive)
 
     def _answer_round(self, call: Call, drive: Drive, result: dict[str, Any]) -> None:
         """Answer a 2026-07-28 ``input_required`` round's embedded requests with the host's
