@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from ._api._call import Call
 from ._api._catalog import Catalog, CatalogChanged
 from ._api._client import Client
 from ._api._config import ConfigError
@@ -72,6 +73,7 @@ __all__ = [
     "MODERN_VERSIONS",
     "AmbiguousTool",
     "Backoff",
+    "Call",
     "Catalog",
     "CatalogChanged",
     "Client",

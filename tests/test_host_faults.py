@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
+from exmcp_actors._runtime._host_pool import HostRuntime
 from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
 from tests.sdk_helpers import ClientPool
 from tests.waiting import wait_until
@@ -389,10 +390,22 @@ def test_an_early_task_status_is_taken_before_a_later_one(server: FakeServer, mo
         return {"task": {"taskId": "early-3", "status": "working"}}
 
     noted = mcp.Task._status_noted
-    main, later_noted = threading.current_thread(), threading.Event()
+    later_noted = threading.Event()
+    # The early status is handed over by the thread adopting the task (the call pool's).
+    adopting = threading.local()
+    adopt = HostRuntime.adopt_task
+
+    def adopt_marked(host: HostRuntime, task_id: str, feed: Any) -> None:
+        adopting.on = True
+        try:
+            adopt(host, task_id, feed)
+        finally:
+            adopting.on = False
+
+    monkeypatch.setattr(HostRuntime, "adopt_task", adopt_marked)
 
     def note(task: mcp.Task, params: dict[str, Any]) -> None:
-        if threading.current_thread() is not main:
+        if not getattr(adopting, "on", False):
             noted(task, params)
             later_noted.set()
             return

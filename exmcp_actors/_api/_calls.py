@@ -1,98 +1,71 @@
 """What the client asks of the server: raw requests and the MCP request helpers.
 
 :class:`ServerCalls` is a mixin of :class:`~exmcp_actors.Client`; it needs the
-client's session monitor, request ids, default timeout and era. Every command runs its
-input on the calling thread, through the monitor (``exmcp_actors._runtime``), so what
-one thread asks for reaches the wire in the order it asked.
+client's session monitor, request ids, default timeout and era. Every request is a
+:class:`~exmcp_actors.Call` (see ``_submit``), its first round sent from the calling
+thread, so what one thread asks for reaches the wire in the order it asked; the
+blocking forms here wait on that future.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-import pykka
-
-from .._protocol._errors import (
-    Error,
-    NotConnected,
-    OutcomeUnknown,
-    ProtocolError,
-    RequestError,
-    RequestTimeout,
-    UseListen,
-)
+from .._protocol._errors import Error, NotConnected, ProtocolError, RequestError, RequestTimeout, UseListen
 from .._protocol._events import CancelRequest, SendRequest, SetLogLevel, SetRoots
 from .._protocol._extensions import with_tasks_extension
 from .._protocol._handshake import META_CLIENT_CAPABILITIES
-from .._protocol._host_checks import (
-    LOG_LEVELS,
-    MAX_INPUT_ROUNDS,
-    check_roots,
-    created_task,
-    misplaced_task,
-    tasks_advertised,
-)
-from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
+from .._protocol._host_checks import LOG_LEVELS, check_roots, tasks_advertised
 from .._protocol._peer_text import peer_text
-from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
-from .._runtime._host_pool import HostRuntime, TaskFeed
-from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
 from .._util._reply import Reply
-from ._lists import ListCalls, Meta, check_meta, with_meta
-from ._task import Task
-from ._url_elicit import go_through, needs_url_elicitation, retry_failed
+from ._call import Call
+from ._lists import Meta, check_meta, with_meta
+from ._submit import Progress, SubmitCalls
 
-if TYPE_CHECKING:
-    from .._runtime._shared import SharedState
-
-#: Most seconds a command waits to enter the session: its holders run only short steps that
-#: never block, so only a bug of the library makes a command wait that long.
-COMMAND_WAIT = 10.0
-#: How long a finished call waits for its progress callback to take what already arrived.
-PROGRESS_DRAIN_WAIT = 5.0
-_progress_tokens = itertools.count(1)
 logger = logging.getLogger("exmcp_actors")
-#: ``send(params, timeout) -> result``: one round of a request (see ``_driving_input``).
-Send = Callable[[dict[str, Any], float], Any]
 
 
 class PendingRequest(NamedTuple):
-    """A request sent and not yet awaited."""
+    """A request sent and not yet awaited (the refcount worker's own rounds)."""
 
     request_id: Any
     method: str
     future: Reply
 
 
-class ServerCalls(ListCalls):
+def _check_method(method: Any, params: Any) -> None:
+    if not isinstance(method, str) or not method:
+        raise TypeError(f"method must be a non-empty string, got {method!r}")
+    if params is not None and not isinstance(params, dict):
+        raise TypeError(f"params must be a dict or None, got {type(params).__name__}")
+
+
+class ServerCalls(SubmitCalls):
     """Requests to the server; every call blocks for at most its ``timeout`` (or the client's default)."""
 
-    _ref: pykka.ActorRef[Any]
-    _monitor: SessionMonitor
-    _shared: SharedState
-    _ids: RequestBuilder
-    _request_timeout: float
-    _host: HostRuntime
-    name: str
-
-    @property
-    def era(self) -> str | None:
-        raise NotImplementedError
+    def submit(
+        self, method: str, params: dict[str, Any] | None = None, *, meta: Meta = None, timeout: float | None = None
+    ) -> Call:
+        """Send a raw request and return its :class:`Call` at once: the future of what
+        :meth:`request` returns or raises (``meta`` as for :meth:`call_tool`)."""
+        own_meta = check_meta(meta)
+        _check_method(method, params)
+        sent = with_meta(dict(params or {}), own_meta) if own_meta else params
+        return self._start(method, sent, timeout=timeout, interactive=False)
 
     def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
-        """Send a raw request and return its ``result``.
+        """Send a raw request and return its ``result`` (``submit(...).result()``).
 
         On MCP 2026-07-28 a request whose answer was lost after it went out (its response
         stream dropped) is re-issued under a new id when that is safe (``_reissue``: the
         listings, ``server/discover``, ``resources/read``, ``prompts/get``, ``tasks/get``, an
-        idempotent tool), at most twice, within ``timeout``.
+        idempotent tool), at most twice, within ``timeout``. A Ctrl-C while it waits cancels
+        the request on the wire before it propagates.
 
         Raises:
             RequestError: the server answered with an error.
@@ -103,61 +76,11 @@ class ServerCalls(ListCalls):
             UrlElicitationRequired: the server answered -32042 and the URL elicitations it
                 listed were not all accepted, or the one retry met -32042 again.
         """
-        if not isinstance(method, str) or not method:
-            raise TypeError(f"method must be a non-empty string, got {method!r}")
-        if params is not None and not isinstance(params, dict):
-            raise TypeError(f"params must be a dict or None, got {type(params).__name__}")
-        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
-        deadline = time.monotonic() + wait
-        reissued = 0
-        elicited = False
-        while True:
-            try:
-                return self._await_request(self._send_request(method, params), deadline - time.monotonic(), wait)
-            except RequestError as error:
-                if not needs_url_elicitation(error, self._host):
-                    raise
-                if elicited:
-                    raise retry_failed(error) from None
-                go_through(error, self._host)
-                elicited = True
-                # The retry gets the whole timeout again: the handler's time was the person's.
-                deadline = time.monotonic() + wait
-                logger.info("%s: %s: the URL elicitations were accepted; retrying it once", self.name, method)
-            except OutcomeUnknown as lost:
-                why_not = self._why_not_reissued(method, params, reissued, deadline)
-                if why_not is not None:
-                    request = describe_call(method, params)
-                    raise OutcomeUnknown(
-                        lost.what,
-                        status=lost.status,
-                        body=lost.body,
-                        request=request,
-                        reissued=reissued,
-                        why_not=why_not,
-                    ) from None
-                reissued += 1
-                logger.info("%s: %s lost its answer (%s); re-issuing it", self.name, method, lost.what)
-
-    def _why_not_reissued(
-        self, method: str, params: dict[str, Any] | None, reissued: int, deadline: float
-    ) -> str | None:
-        if self.era != "modern":
-            return "re-issuing is for MCP 2026-07-28, which resumes no stream"
-        if reissued >= MAX_REISSUES:
-            return f"it was re-issued {MAX_REISSUES} times already"
-        if time.monotonic() >= deadline:
-            return "its timeout ran out"
-        tools = self._shared.tools
-        return why_not_reissued(method, params, tools.idempotent if tools is not None else lambda name: False)
-
-    def _run(self, message: Any, timeout: float | None = None) -> Any:
-        """Run a command on the session from this thread (see ``exmcp_actors._runtime``): its
-        frames are on the transport, in order, when this returns."""
-        return self._monitor.run(message, COMMAND_WAIT if timeout is None else min(timeout, COMMAND_WAIT))
+        _check_method(method, params)
+        return self._wait(self._start(method, params, timeout=timeout, interactive=False))
 
     def _send_request(self, method: str, params: dict[str, Any] | None, wait: float | None = None) -> PendingRequest:
-        """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`).
+        """Send a request without waiting, for the refcount worker (see :meth:`_await_request`).
         A client that is not ready (or has stopped) fails the request through its future.
         ``wait``: seconds to wait for the session (at most COMMAND_WAIT), else RequestTimeout."""
         request_id = self._ids.next_id()
@@ -171,73 +94,12 @@ class ServerCalls(ListCalls):
         try:
             return pending.future.result(max(0.0, wait))
         except FutureTimeout:
-            self._run(CancelRequest(pending.request_id, "timeout"))
+            try:  # the timeout is the outcome: its own cancel failing (a client stopping) must not hide it
+                self._run(CancelRequest(pending.request_id, "timeout"))
+            except Exception as failed:
+                logger.info("%s: cancelling %s after its timeout failed: %r", self.name, pending.method, failed)
             shown = wait if timeout is None else timeout
             raise RequestTimeout(f"{pending.method} got no answer within {shown:g}s") from None
-
-    def _interactive(
-        self,
-        method: str,
-        params: dict[str, Any],
-        timeout: float | None,
-        progress: Callable[[dict[str, Any]], Any] | None,
-        send: Send | None = None,
-    ) -> Any:
-        """A request the server may answer with progress, or (2026-07-28) ``input_required``;
-        ``send`` sends each round (default: :meth:`request`)."""
-        if progress is None:
-            return self._driving_input(method, params, timeout, send)
-        if not callable(progress):
-            raise TypeError(f"progress must be a callable fn(params), got {type(progress).__name__}")
-        token = f"progress-{next(_progress_tokens)}"
-        meta = dict(params.get("_meta") or {})
-        meta["progressToken"] = token
-        feed = self._host.watch_progress(token, progress)
-        try:
-            return self._driving_input(method, {**params, "_meta": meta}, timeout, send)
-        finally:
-            self._host.feeds.pop(token)
-            feed.wait_drained(PROGRESS_DRAIN_WAIT)  # what arrived before the answer is passed first
-
-    def _driving_input(self, method: str, params: dict[str, Any], timeout: float | None, send: Send | None) -> Any:
-        """Send; while a 2026-07-28 server answers ``input_required``, answer its embedded
-        requests with the host's handlers and retry with ``inputResponses`` and ``requestState``."""
-        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
-        deadline = time.monotonic() + wait
-        if send is None:
-
-            def send(round_params: dict[str, Any], round_wait: float) -> Any:
-                return self.request(method, round_params, timeout=round_wait)
-
-        result = send(params, wait)
-        for _ in range(MAX_INPUT_ROUNDS):
-            if not isinstance(result, dict) or result.get("resultType") != "input_required":
-                why = misplaced_task(method, result)
-                if why is not None:
-                    raise ProtocolError(f"{why}: {peer_text(result)}")
-                return result
-            retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
-            requests = result.get("inputRequests")
-            if isinstance(requests, dict) and requests:
-                retry["inputResponses"] = self._answer_inputs(method, requests)
-            if "requestState" in result:
-                retry["requestState"] = result["requestState"]
-            result = send(retry, max(deadline - time.monotonic(), 0.001))
-        raise ProtocolError(f"{method} asked for input more than {MAX_INPUT_ROUNDS} times")
-
-    def _answer_inputs(self, method: str, requests: dict[str, Any]) -> dict[str, Any]:
-        responses: dict[str, Any] = {}
-        for key, request in requests.items():
-            inner = request.get("method") if isinstance(request, dict) else None
-            params = request.get("params") if isinstance(request, dict) else None
-            answer, why = self._host.answer_now(str(inner), params)
-            if why is not None:
-                raise Error(
-                    f"{method}: the server's input request {peer_text(key, quote=True)} could not be answered: {why}",
-                    reason=("input_required_failed", key, why),
-                )
-            responses[key] = answer
-        return responses
 
     # -- MCP requests ----------------------------------------------------------------------
 
@@ -252,17 +114,19 @@ class ServerCalls(ListCalls):
         name: str,
         arguments: dict[str, Any] | None = None,
         *,
-        progress: Callable[[dict[str, Any]], Any] | None = None,
+        progress: Progress | None = None,
         task: bool | dict[str, Any] = False,
         meta: Meta = None,
         timeout: float | None = None,
+        reset_timeout_on_progress: bool = False,
+        max_total_timeout: float | None = None,
     ) -> Any:
-        """``tools/call``; returns the result dict, or a :class:`Task` when the server made one.
+        """``tools/call``; returns the result dict, or a :class:`Task` when the server made one
+        (``submit_tool(...).result()``; a Ctrl-C while it waits cancels the call on the wire).
 
         Args:
             progress: called with the params of each ``notifications/progress`` of this call,
                 in order, off the client's threads (the client adds ``_meta.progressToken``).
-                Progress does not extend ``timeout``.
             task: True (or ``{"ttl": ms}``, MCP 2025-11-25 only): let the server run the call as
                 a task, when it says it can (2025-11-25: ``tasks.requests.tools.call`` and the
                 tool's ``execution.taskSupport`` "optional" or "required", the tools listed
@@ -274,7 +138,38 @@ class ServerCalls(ListCalls):
                 win: ``progressToken`` when ``progress`` is given, and the 2026-07-28 envelope
                 (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
                 ``clientCapabilities``), never taken from ``meta`` in either era.
+            reset_timeout_on_progress: each progress notification of the call restarts
+                ``timeout`` (a progress token is sent even without ``progress``).
+            max_total_timeout: seconds the call may take in all, whatever its progress.
         """
+        return self._wait(
+            self.submit_tool(
+                name,
+                arguments,
+                progress=progress,
+                meta=meta,
+                timeout=timeout,
+                task=task,
+                reset_timeout_on_progress=reset_timeout_on_progress,
+                max_total_timeout=max_total_timeout,
+            )
+        )
+
+    def submit_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        progress: Progress | None = None,
+        meta: Meta = None,
+        timeout: float | None = None,
+        task: bool | dict[str, Any] = False,
+        reset_timeout_on_progress: bool = False,
+        max_total_timeout: float | None = None,
+    ) -> Call:
+        """``tools/call`` without waiting: its :class:`Call`, settled with what :meth:`call_tool`
+        returns or raises (arguments as there). On 2025-11-25, ``task=True`` for a tool no
+        listing named yet lists the tools first, in this thread."""
         own_meta = check_meta(meta)
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
@@ -300,20 +195,17 @@ class ServerCalls(ListCalls):
             params["_meta"] = modern_meta
         elif asks:
             params["task"] = dict(task) if isinstance(task, dict) else {}
-        params = with_meta(params, own_meta)
-        result = self._interactive("tools/call", params, timeout, progress, self._calling_tool)
-        created = created_task(result) if task is not False else None
-        if created is None:
-            return result
-        handle = Task(
-            self,
-            created,
-            self._host.tasks.pop,
+        return self._start(
+            "tools/call",
+            with_meta(params, own_meta),
+            timeout=timeout,
+            interactive=True,
+            progress=progress,
+            reset=reset_timeout_on_progress,
+            max_total=max_total_timeout,
+            task=task,
             modern_meta=modern_meta,
-            answer=lambda requests: self._answer_inputs("tasks/get", requests),
         )
-        self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
-        return handle
 
     def _tool_runs_as_task(self, name: str, wait: float) -> bool:
         """2025-11-25: whether the tool's listing lets it run as a task (``execution.taskSupport``
@@ -332,25 +224,10 @@ class ServerCalls(ListCalls):
             allowed = tools.runs_as_task(name)
         return allowed is True
 
-    def _calling_tool(self, params: dict[str, Any], wait: float) -> Any:
-        """One round of a ``tools/call``. A 2026-07-28 server that refuses its ``Mcp-Param-*``
-        headers (-32020, HeaderMismatch: the tool was never listed, or its schema changed)
-        gets it once more after the tool is re-listed, as the spec advises."""
-        deadline = time.monotonic() + wait
-        try:
-            return self.request("tools/call", params, timeout=wait)
-        except RequestError as mismatch:
-            if mismatch.code != HEADER_MISMATCH or self.era != "modern":
-                raise
-            try:  # the re-listing is part of this call: within its one timeout
-                self._paginate("tools/list", None, False, deadline=deadline)
-            except Error as relist_failed:
-                raise mismatch from relist_failed
-            return self.request("tools/call", params, timeout=max(deadline - time.monotonic(), 0.001))
-
     def read_resource(self, uri: str, *, meta: Meta = None, timeout: float | None = None) -> Any:
         """``resources/read``; returns the result dict (``meta`` as for :meth:`call_tool`)."""
-        return self._interactive("resources/read", with_meta({"uri": uri}, check_meta(meta)), timeout, None)
+        params = with_meta({"uri": uri}, check_meta(meta))
+        return self._wait(self._start("resources/read", params, timeout=timeout, interactive=True))
 
     def complete(
         self,
@@ -427,7 +304,7 @@ class ServerCalls(ListCalls):
         params: dict[str, Any] = {"name": name}
         if arguments is not None:
             params["arguments"] = arguments
-        return self._interactive("prompts/get", with_meta(params, own_meta), timeout, None)
+        return self._wait(self._start("prompts/get", with_meta(params, own_meta), timeout=timeout, interactive=True))
 
     def subscribe_resource(self, uri: str, *, timeout: float | None = None) -> None:
         """Direct ``resources/subscribe``: NOT refcounted with listeners (legacy only)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -36,6 +37,10 @@ T = TypeVar("T")
 CUSTOM_FAILED = "internal error"
 
 
+#: Seconds a closing client waits for its call pool's workers to end.
+CALL_POOL_JOIN = 1.0
+
+
 class WorkerPool:
     """At most ``size`` daemon threads, started as work arrives; jobs run in submission order."""
 
@@ -49,16 +54,18 @@ class WorkerPool:
         self._queued = 0  # jobs not yet taken by a worker
         self._closed = False
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Queue ``job``; False (and nothing queued) once the pool is closed."""
         with self._lock:
             if self._closed:
-                return
+                return False
             self._queued += 1
             if self._queued > self._idle and len(self._threads) < self._size:
                 thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
                 self._threads.append(thread)
                 thread.start()
         self._jobs.put(job)
+        return True
 
     def _work(self) -> None:
         while True:
@@ -83,13 +90,23 @@ class WorkerPool:
         for _ in self._threads:
             self._jobs.put(_STOP)
 
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds in all for the workers to end (never for this thread)."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
 
 class ProgressFeed:
     """One call's progress callback: its notifications, called one at a time, in order."""
 
-    def __init__(self, callback: Callable[[dict[str, Any]], Any], pool: WorkerPool) -> None:
+    def __init__(
+        self, callback: Callable[[dict[str, Any]], Any], pool: WorkerPool, arrived: Callable[[], None] | None = None
+    ) -> None:
         self._callback = callback
         self._pool = pool
+        self._arrived = arrived
         self._items: deque[dict[str, Any]] = deque()
         self._lock = threading.Lock()
         self._running = False
@@ -97,6 +114,8 @@ class ProgressFeed:
         self._drained.set()
 
     def put(self, params: dict[str, Any]) -> None:
+        if self._arrived is not None:  # as it arrives, not as the callback gets it: a timeout restarts now
+            self._arrived()
         with self._lock:
             self._items.append(params)
             if self._running:
@@ -198,6 +217,8 @@ class HostRuntime:
         self.elicitations = SeenElicitations()
         self.handler_pool = WorkerPool(f"exmcp-host-{name}", 4)
         self.callback_pool = WorkerPool(f"exmcp-callbacks-{name}", 2)
+        #: Where calls' futures settle and their done-callbacks run (see ``_api._call``).
+        self.call_pool = WorkerPool(f"exmcp-calls-{name}", 4)
         #: The progress callbacks of calls in flight, by progress token.
         self.feeds: Book[ProgressFeed] = Book()
         #: Task handles not yet terminal, by task id.
@@ -284,8 +305,10 @@ class HostRuntime:
 
     # -- progress and tasks ----------------------------------------------------------------
 
-    def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], Any]) -> ProgressFeed:
-        feed = ProgressFeed(callback, self.callback_pool)
+    def watch_progress(
+        self, token: Any, callback: Callable[[dict[str, Any]], Any], arrived: Callable[[], None] | None = None
+    ) -> ProgressFeed:
+        feed = ProgressFeed(callback, self.callback_pool, arrived)
         self.feeds.put(token, feed)
         return feed
 
@@ -322,6 +345,9 @@ class HostRuntime:
     def close(self) -> None:
         self.handler_pool.close()
         self.callback_pool.close()
+        self.call_pool.close()
+        # Idle workers end at once; one still in a done-callback (which must not block) is not waited for long.
+        self.call_pool.join(CALL_POOL_JOIN)
         with self._early_lock:  # from here on adopt_task() ends a handle rather than keeping it
             self._closed = True
         for feed in self.tasks.drain():  # their readers stop waiting: no status can come any more

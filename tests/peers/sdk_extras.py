@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
@@ -104,6 +105,21 @@ EXTRA_TOOLS: list[types.Tool] = [
         description="notifications/cancelled for every open listen, then (unless `answer` is false) its answer.",
         input_schema=_object({"reason": {"type": "string"}, "answer": {"type": "boolean"}}),
     ),
+    types.Tool(
+        name="progress_steps",
+        description="Sends `steps` progress notifications `interval` seconds apart, then answers.",
+        input_schema=_object({"steps": {"type": "integer"}, "interval": {"type": "number"}}),
+    ),
+    types.Tool(
+        name="hang",
+        description="Waits up to `seconds`; a cancellation of it is recorded under `key` (see was_aborted).",
+        input_schema=_object({"key": {"type": "string"}, "seconds": {"type": "number"}}),
+    ),
+    types.Tool(
+        name="was_aborted",
+        description="JSON: whether the hang call under `key` was cancelled, and whether it started.",
+        input_schema=_object({"key": {"type": "string"}}),
+    ),
 ]
 _NAMES = frozenset(["route", *(tool.name for tool in EXTRA_TOOLS)])
 RUNTIME_TOOLS: list[types.Tool] = [
@@ -138,6 +154,8 @@ class Extras:
     posts: dict[str, int] = field(default_factory=dict)
     #: drop_next: target -> how many more response streams to cut.
     drops: dict[str, int] = field(default_factory=dict)
+    #: hang: key -> "running", "aborted" or "finished".
+    hangs: dict[str, str] = field(default_factory=dict)
 
     def tools(self, base: list[types.Tool]) -> list[types.Tool]:
         tools = [*base, _route(self.region_header), *EXTRA_TOOLS] if self.enabled else list(base)
@@ -162,12 +180,12 @@ class Extras:
         return self.runtime and name in _RUNTIME_NAMES
 
     async def call(
-        self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any, session: Any = None
+        self, name: str, args: Mapping[str, Any], listens: Iterable[Any], listen_handler: Any, ctx: Any = None
     ) -> str:
         """Run an extra tool; returns its text. ``listens``: the open listen records
-        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``; ``session``:
-        the calling request's ``ctx.session``."""
+        (``listen_id``, ``ctx``); ``listen_handler``: the SDK's ``ListenHandler``; ``ctx``: the call's."""
         self.runs[name] = self.runs.get(name, 0) + 1
+        session = ctx.session if ctx is not None else None
         if name in self.added:
             return name
         if name == "add_tool" or name == "remove_tool":
@@ -189,6 +207,28 @@ class Extras:
             except MCPError as error:
                 return json.dumps({"error": {"code": error.error.code, "message": error.error.message}})
             return json.dumps(result.model_dump(mode="json"), sort_keys=True)
+        if name == "progress_steps":
+            token = (ctx.meta or {}).get("progress_token") if ctx is not None else None
+            steps = int(args.get("steps", 3))
+            for step in range(1, steps + 1):
+                if token is not None:
+                    await ctx.session.send_progress_notification(
+                        token, step, steps, f"step {step}", related_request_id=ctx.request_id
+                    )
+                await anyio.sleep(float(args.get("interval", 0.05)))
+            return f"done after {steps}"
+        if name == "hang":
+            key = str(args["key"])
+            self.hangs[key] = "running"
+            try:
+                await anyio.sleep(float(args.get("seconds", 30)))
+            except anyio.get_cancelled_exc_class():
+                self.hangs[key] = "aborted"
+                raise
+            self.hangs[key] = "finished"
+            return "finished"
+        if name == "was_aborted":
+            return json.dumps({"state": self.hangs.get(str(args["key"]))})
         if name == "route":
             return json.dumps(dict(args), sort_keys=True)
         if name in ("bump", "peek"):

@@ -568,7 +568,7 @@ def build_server(
                 listen_handler.close()
             return _text(json.dumps({"closed": open_ids}))
         if state.extras.serves(name):
-            text = await state.extras.call(name, args, state.listens.values(), listen_handler, ctx.session)
+            text = await state.extras.call(name, args, state.listens.values(), listen_handler, ctx)
             if state.extras.changes_tools(name):
                 await deliver(ToolsListChanged(), unsubscribed_too=False)
             return _text(text)

@@ -21,8 +21,10 @@
 // add_tool {name} (registers a tool, then tools/list_changed); route {region, shard?}
 // (both marked x-mcp-header: over HTTP on 2026-07-28 they ride in Mcp-Param-* headers,
 // which the SDK checks against the body, answering -32020 when they disagree);
-// client_extensions (the extensions the client declared, as JSON). The server declares
-// the extension com.example/ts-peer.
+// client_extensions (the extensions the client declared, as JSON); hang {key, seconds}
+// (waits; records under key whether its request was aborted, by notifications/cancelled or
+// the close of its stream) and was_aborted {key} (that record). The server declares the
+// extension com.example/ts-peer.
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
@@ -48,6 +50,8 @@ const versions = new Map([
   ['demo://b', 0],
 ]);
 const extraTools = [];
+// hang: key -> 'running' | 'aborted' | 'finished'.
+const hangs = new Map();
 // Every live server instance (stdio pins one per connection; HTTP makes one per request).
 const live = new Set();
 let handler;
@@ -115,6 +119,29 @@ function build(ctx) {
     const capabilities = envelope ?? server.server.getClientCapabilities() ?? {};
     return text(JSON.stringify(capabilities.extensions ?? null));
   });
+  server.registerTool(
+    'hang',
+    { description: 'Waits; records whether it was aborted.', inputSchema: { key: z.string(), seconds: z.number() } },
+    ({ key, seconds }, ctx) =>
+      new Promise((resolve) => {
+        hangs.set(key, 'running');
+        const signal = ctx.mcpReq.signal;
+        const timer = setTimeout(() => {
+          hangs.set(key, 'finished');
+          resolve(text('finished'));
+        }, seconds * 1000);
+        signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          hangs.set(key, 'aborted');
+          resolve(text('aborted'));
+        });
+      }),
+  );
+  server.registerTool(
+    'was_aborted',
+    { description: "A hang call's record.", inputSchema: { key: z.string() } },
+    ({ key }) => text(JSON.stringify({ state: hangs.get(key) ?? null })),
+  );
   for (const name of extraTools) {
     server.registerTool(name, { description: 'Added at run time.' }, () => text(name));
   }

@@ -1,0 +1,341 @@
+"""Driving a :class:`~exmcp_actors.Call` from its first round to its outcome.
+
+Every request the host makes (``submit``, ``submit_tool`` and the blocking forms, which
+wait on the same future) goes through :meth:`SubmitCalls._start`. The first round is sent
+from the calling thread, so what one thread asks for reaches the wire in the order it
+asked; each answer is handed to the call pool, where :meth:`SubmitCalls._answered` decides
+the outcome: settle, re-issue a lost request (2026-07-28), answer an ``input_required``
+round, or re-list the tools after a header mismatch. The last two run host handlers or a
+listing, which may block, so they run on a thread of their own, never on the pool.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from .._protocol._errors import Error, OutcomeUnknown, ProtocolError, RequestError
+from .._protocol._events import CancelRequest, SendRequest
+from .._protocol._host_checks import MAX_INPUT_ROUNDS, created_task, misplaced_task
+from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
+from .._protocol._peer_text import peer_text
+from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
+from .._runtime._host_pool import HostRuntime, TaskFeed
+from .._runtime._monitor import SessionMonitor
+from .._util._checks import check_timeout
+from ._call import Budget, Call
+from ._lists import ListCalls
+from ._task import Task
+from ._url_elicit import go_through, needs_url_elicitation, retry_failed
+
+if TYPE_CHECKING:
+    from .._runtime._shared import SharedState
+
+#: Most seconds a command waits to enter the session: its holders run only short steps that
+#: never block, so only a bug of the library makes a command wait that long.
+COMMAND_WAIT = 10.0
+#: How long a finished call waits for its progress callback to take what already arrived.
+PROGRESS_DRAIN_WAIT = 5.0
+_progress_tokens = itertools.count(1)
+logger = logging.getLogger("exmcp_actors")
+Progress = Callable[[dict[str, Any]], Any]
+
+
+def _ignore(params: dict[str, Any]) -> None:
+    """The progress callback of a call that restarts its timeout on progress and wants none."""
+
+
+@dataclass(eq=False)
+class Drive:
+    """Where one call stands: its params now, and what it may still do."""
+
+    method: str
+    base: dict[str, Any] | None
+    #: ``input_required`` rounds are answered, and a misplaced task refused (not for raw requests).
+    interactive: bool
+    task: bool | dict[str, Any] = False
+    modern_meta: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    reissued: int = 0
+    rounds: int = 0
+    relisted: bool = False
+    #: The URL elicitations of a -32042 were gone through: the request is retried only once.
+    elicited: bool = False
+    feed: Any = None
+    token: str | None = None
+
+
+class RoundReply:
+    """The answer slot of one wire round: the session settles it (on the reader's or the
+    actor's thread) and it hands the outcome to the call pool at once."""
+
+    __slots__ = ("_lock", "_on_answer", "_set")
+
+    def __init__(self, on_answer: Callable[[Any, BaseException | None], None]) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._on_answer = on_answer
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, value: Any) -> None:
+        self._settle(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def _settle(self, value: Any, error: BaseException | None) -> None:
+        with self._lock:
+            if self._set:
+                return
+            self._set = True
+        self._on_answer(value, error)
+
+
+class SubmitCalls(ListCalls):
+    """Requests as futures (the blocking forms in ``_calls`` wait on them)."""
+
+    _ref: pykka.ActorRef[Any]
+    _monitor: SessionMonitor
+    _shared: SharedState
+    _ids: RequestBuilder
+    _request_timeout: float
+    _host: HostRuntime
+    name: str
+
+    @property
+    def era(self) -> str | None:
+        raise NotImplementedError
+
+    def _run(self, message: Any, timeout: float | None = None) -> Any:
+        """Run a command on the session from this thread (see ``exmcp_actors._runtime``): its
+        frames are on the transport, in order, when this returns."""
+        return self._monitor.run(message, COMMAND_WAIT if timeout is None else min(timeout, COMMAND_WAIT))
+
+    def _cancel_on_wire(self, request_id: Any, reason: str) -> None:
+        self._run(CancelRequest(request_id, reason))
+
+    def _start(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        *,
+        timeout: float | None,
+        interactive: bool,
+        progress: Progress | None = None,
+        reset: bool = False,
+        max_total: float | None = None,
+        task: bool | dict[str, Any] = False,
+        modern_meta: dict[str, Any] | None = None,
+    ) -> Call:
+        """Make the call's future, arm its budget and send its first round from this thread."""
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be a callable fn(params), got {type(progress).__name__}")
+        if not isinstance(reset, bool):
+            raise TypeError(f"reset_timeout_on_progress must be a bool, got {type(reset).__name__}")
+        wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
+        total = None if max_total is None else check_timeout("max_total_timeout", max_total)
+        call = Call(method, self._host.call_pool, self._cancel_on_wire, Budget(wait, reset, total))
+        drive = Drive(method, params, interactive, task, modern_meta)
+        if progress is not None or reset:
+            drive.token = f"progress-{next(_progress_tokens)}"
+            params = dict(params or {})
+            meta = dict(params.get("_meta") or {})
+            meta["progressToken"] = drive.token
+            drive.base = params = {**params, "_meta": meta}
+            drive.feed = self._host.watch_progress(drive.token, progress or _ignore, call._progressed)
+            token = drive.token
+            call._cleanup.append(lambda: self._host.feeds.pop(token))
+        drive.params = params
+        call._arm()
+        self._send_round(call, drive)
+        return call
+
+    def _send_round(self, call: Call, drive: Drive) -> None:
+        request_id = self._ids.next_id()
+
+        def on_answer(value: Any, error: BaseException | None) -> None:
+            if not self._host.call_pool.submit(lambda: self._answered(call, drive, value, error)):
+                self._answered(call, drive, value, error)  # the pool closed with the client
+
+        if not call._round_sent(request_id):
+            return  # settled (cancelled, expired) before this round went out
+        try:
+            self._run(SendRequest(request_id, drive.method, drive.params, RoundReply(on_answer)), call._remaining())
+        except BaseException as failed:
+            # A Ctrl-C (or a session that would not take the command) must leave no pending entry behind.
+            call._cancel_quietly(request_id, "interrupted" if isinstance(failed, KeyboardInterrupt) else "failed")
+            if not isinstance(failed, Exception):
+                if call._claim():  # nothing more can come: waiters wake
+                    Future.cancel(call)
+                raise
+            call._finish(error=failed)
+            return
+        if not call._open:
+            call._cancel_quietly(request_id, "cancelled")  # settled while it was being sent
+
+    def _answered(self, call: Call, drive: Drive, value: Any, error: BaseException | None) -> None:
+        """One round's answer, on the call pool: the call's one outcome function."""
+        if not call._open:
+            return
+        try:
+            if error is not None:
+                self._round_failed(call, drive, error)
+            elif drive.interactive and isinstance(value, dict) and value.get("resultType") == "input_required":
+                if drive.rounds >= MAX_INPUT_ROUNDS:
+                    raise ProtocolError(f"{drive.method} asked for input more than {MAX_INPUT_ROUNDS} times")
+                drive.rounds += 1
+                self._off_pool(call, drive, lambda: self._answer_round(call, drive, value))
+            else:
+                self._settle(call, drive, self._outcome(drive, value))
+        except Exception as failed:
+            self._settle(call, drive, error=failed)
+
+    def _outcome(self, drive: Drive, result: Any) -> Any:
+        if not drive.interactive:
+            return result
+        why = misplaced_task(drive.method, result)
+        if why is not None:
+            raise ProtocolError(f"{why}: {peer_text(result)}")
+        created = created_task(result) if drive.task is not False else None
+        if created is None:
+            return result
+        handle = Task(
+            self,
+            created,
+            self._host.tasks.pop,
+            modern_meta=drive.modern_meta,
+            answer=lambda requests: self._answer_inputs("tasks/get", requests),
+        )
+        self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
+        return handle
+
+    def _settle(self, call: Call, drive: Drive, value: Any = None, error: BaseException | None = None) -> None:
+        if drive.token is not None:
+            self._host.feeds.pop(drive.token)
+            drive.feed.wait_drained(PROGRESS_DRAIN_WAIT)  # what arrived before the answer is passed first
+        call._finish(value, error)
+
+    def _round_failed(self, call: Call, drive: Drive, error: BaseException) -> None:
+        """A lost answer is re-issued when safe; a refused ``Mcp-Param-*`` header (-32020) gets
+        the tool re-listed and the call once more, as the spec advises; else the error stands."""
+        if isinstance(error, OutcomeUnknown):
+            why_not = self._why_not_reissued(drive, call._budget.deadline())
+            if why_not is not None:
+                raise OutcomeUnknown(
+                    error.what,
+                    status=error.status,
+                    body=error.body,
+                    request=describe_call(drive.method, drive.params),
+                    reissued=drive.reissued,
+                    why_not=why_not,
+                ) from None
+            drive.reissued += 1
+            logger.info("%s: %s lost its answer (%s); re-issuing it", self.name, drive.method, error.what)
+            self._send_round(call, drive)
+            return
+        if isinstance(error, RequestError) and needs_url_elicitation(error, self._host):
+            if drive.elicited:
+                raise retry_failed(error)
+            drive.elicited = True
+            self._off_pool(call, drive, lambda: self._elicit_and_retry(call, drive, error))
+            return
+        if (
+            drive.method == "tools/call"
+            and isinstance(error, RequestError)
+            and error.code == HEADER_MISMATCH
+            and self.era == "modern"
+            and not drive.relisted
+        ):
+            drive.relisted = True
+            self._off_pool(call, drive, lambda: self._relist_and_retry(call, drive, error))
+            return
+        raise error
+
+    def _why_not_reissued(self, drive: Drive, deadline: float) -> str | None:
+        if self.era != "modern":
+            return "re-issuing is for MCP 2026-07-28, which resumes no stream"
+        if drive.reissued >= MAX_REISSUES:
+            return f"it was re-issued {MAX_REISSUES} times already"
+        if time.monotonic() >= deadline:
+            return "its timeout ran out"
+        tools = self._shared.tools
+        return why_not_reissued(
+            drive.method, drive.params, tools.idempotent if tools is not None else lambda name: False
+        )
+
+    def _relist_and_retry(self, call: Call, drive: Drive, mismatch: RequestError) -> None:
+        call._own_expiry(True)  # a re-listing out of time reports the mismatch, not a bare timeout
+        try:  # the re-listing is part of this call: within its one timeout
+            self._paginate("tools/list", None, False, deadline=call._budget.deadline())
+        except Error as relist_failed:
+            raise mismatch from relist_failed
+        finally:
+            call._own_expiry(False)
+        self._send_round(call, drive)
+
+    def _elicit_and_retry(self, call: Call, drive: Drive, required: RequestError) -> None:
+        call._own_expiry(True)  # the handler's time is the person's, not the server's
+        try:
+            go_through(required, self._host)
+        finally:
+            call._budget.restart()  # so the retry gets the whole timeout again
+            call._own_expiry(False)
+        logger.info("%s: %s: the URL elicitations were accepted; retrying it once", self.name, drive.method)
+        self._send_round(call, drive)
+
+    def _answer_round(self, call: Call, drive: Drive, result: dict[str, Any]) -> None:
+        """Answer a 2026-07-28 ``input_required`` round's embedded requests with the host's
+        handlers and send the retry with ``inputResponses`` and ``requestState``."""
+        base = drive.base or {}
+        retry = {key: value for key, value in base.items() if key not in ("inputResponses", "requestState")}
+        requests = result.get("inputRequests")
+        if isinstance(requests, dict) and requests:
+            retry["inputResponses"] = self._answer_inputs(drive.method, requests)
+        if "requestState" in result:
+            retry["requestState"] = result["requestState"]
+        drive.params = retry
+        self._send_round(call, drive)
+
+    def _off_pool(self, call: Call, drive: Drive, job: Callable[[], None]) -> None:
+        """Run a step that may block (a host handler, a listing) on a thread of its own."""
+
+        def run() -> None:
+            try:
+                job()
+            except Exception as failed:
+                self._settle(call, drive, error=failed)
+
+        threading.Thread(target=run, name=f"exmcp-calls-{self.name}-step", daemon=True).start()
+
+    def _answer_inputs(self, method: str, requests: dict[str, Any]) -> dict[str, Any]:
+        responses: dict[str, Any] = {}
+        for key, request in requests.items():
+            inner = request.get("method") if isinstance(request, dict) else None
+            params = request.get("params") if isinstance(request, dict) else None
+            answer, why = self._host.answer_now(str(inner), params)
+            if why is not None:
+                raise Error(
+                    f"{method}: the server's input request {peer_text(key, quote=True)} could not be answered: {why}",
+                    reason=("input_required_failed", key, why),
+                )
+            responses[key] = answer
+        return responses
+
+    @staticmethod
+    def _wait(call: Call) -> Any:
+        """The blocking form: the call's outcome; a Ctrl-C cancels it on the wire first."""
+        try:
+            return call.result()
+        except KeyboardInterrupt:
+            call._abandon("interrupted", None)
+            raise
