@@ -41,6 +41,7 @@ from .._protocol._host_checks import (
 from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text
 from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
+from .._protocol._result_schema import check_tool_result
 from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
@@ -241,6 +242,7 @@ class ServerCalls(ListCalls):
         progress: Callable[[dict[str, Any]], Any] | None = None,
         task: bool | dict[str, Any] = False,
         meta: Meta = None,
+        validate: bool = True,
         timeout: float | None = None,
     ) -> Any:
         """``tools/call``; returns the result dict, or a :class:`Task` when the server made one.
@@ -260,8 +262,17 @@ class ServerCalls(ListCalls):
                 win: ``progressToken`` when ``progress`` is given, and the 2026-07-28 envelope
                 (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
                 ``clientCapabilities``), never taken from ``meta`` in either era.
+            validate: check a result that is no error (a task's too, in ``Task.result()``)
+                against the tool's ``outputSchema`` (``_result_schema``), the tools listed once
+                first if this one was not and the result has ``structuredContent``; False takes
+                the result unchecked.
+
+        Raises:
+            InvalidToolResult: the result breaks the tool's ``outputSchema``, or cannot be checked.
         """
         own_meta = check_meta(meta)
+        if not isinstance(validate, bool):
+            raise TypeError(f"validate must be True or False, got {validate!r}")
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
         if arguments is not None and not isinstance(arguments, dict):
@@ -290,16 +301,35 @@ class ServerCalls(ListCalls):
         result = self._interactive("tools/call", params, timeout, progress, self._calling_tool)
         created = created_task(result) if task is not False else None
         if created is None:
-            return result
+            return self._checked_result(name, result, timeout) if validate else result
         handle = Task(
             self,
             created,
             self._host.tasks.pop,
             modern_meta=modern_meta,
             answer=lambda requests: self._answer_inputs("tasks/get", requests),
+            check=(lambda outcome: self._checked_result(name, outcome, None)) if validate else None,
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
+
+    def _checked_result(self, name: str, result: Any, timeout: float | None) -> Any:
+        """``result`` of tool ``name``, checked (see :func:`check_tool_result`). A tool no
+        listing named, answering ``structuredContent``, is looked up with one ``list_tools()``
+        (once until the next listing); one still unnamed, or a failed lookup, is not checked."""
+        tools = self._shared.tools
+        if tools is None:
+            return result
+        unlisted = not tools.listed(name) and not tools.fetched_for(name)
+        if unlisted and isinstance(result, dict) and "structuredContent" in result:
+            try:
+                self.list_tools(timeout=timeout)
+            except (RequestError, RequestTimeout):
+                pass
+            if not tools.listed(name):
+                tools.note_unlisted(name)
+        check_tool_result(name, result, tools.output_schema(name))
+        return result
 
     def _tool_runs_as_task(self, name: str, wait: float) -> bool:
         """2025-11-25: whether the tool's listing lets it run as a task (``execution.taskSupport``
