@@ -46,6 +46,7 @@ from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
 from .._util._reply import Reply
+from .._util._tracing import with_trace
 from ._lists import ListCalls, Meta, check_meta, with_meta
 from ._task import Task
 
@@ -146,10 +147,12 @@ class ServerCalls(ListCalls):
     def _send_request(self, method: str, params: dict[str, Any] | None, wait: float | None = None) -> PendingRequest:
         """Send a request without waiting: many can be in flight at once (see :meth:`_await_request`).
         A client that is not ready (or has stopped) fails the request through its future.
-        ``wait``: seconds to wait for the session (at most COMMAND_WAIT), else RequestTimeout."""
+        ``wait``: seconds to wait for the session (at most COMMAND_WAIT), else RequestTimeout.
+        The host's current OpenTelemetry span rides in ``_meta`` (``_tracing``): taken here,
+        on the host's thread, where it is current."""
         request_id = self._ids.next_id()
         future = Reply()
-        self._run(SendRequest(request_id, method, params, future), wait)
+        self._run(SendRequest(request_id, method, with_trace(params), future), wait)
         return PendingRequest(request_id, method, future)
 
     def _await_request(self, pending: PendingRequest, wait: float, timeout: float | None = None) -> Any:
