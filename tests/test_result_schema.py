@@ -19,7 +19,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._result_schema import MAX_RESULT_BYTES, MAX_SCHEMA_BYTES
-from exmcp_actors.testing import FakeServer, FakeTasks
+from exmcp_actors.testing import NO_REPLY, FakeServer, FakeTasks
 from tests.peers.everything import everything_argv, missing_tools
 from tests.sdk_helpers import ClientPool, TapTransport, once
 
@@ -216,3 +216,17 @@ def test_a_tasks_result_is_checked_as_a_plain_calls(era: str, client_pool: Clien
         with pytest.raises(mcp.InvalidToolResult, match=r"at \$\.n: 1\.5 is not of type 'integer'"):
             checked.result(timeout=TIMEOUT)
         assert unchecked.result(timeout=TIMEOUT)["structuredContent"] == {"n": 1.5}
+
+
+def test_an_unanswered_lookup_spends_only_the_calls_timeout(
+    fake: tuple[FakeServer, dict[str, Any]], client_pool: ClientPool
+) -> None:
+    server, answer = fake
+    server.on("tools/list", lambda params, ctx: NO_REPLY)
+    client = connect_fake(server, client_pool)
+    answer["result"] = {"content": [], "structuredContent": {"n": "unchecked"}}
+    # The listing never comes: the call ends within its own timeout, its result unchecked.
+    assert client.call_tool("t", timeout=1.0)["structuredContent"] == {"n": "unchecked"}
+    assert server.count("tools/list") == 1
+    assert client.call_tool("t", timeout=1.0)["structuredContent"] == {"n": "unchecked"}
+    assert server.count("tools/list") == 1  # remembered: not asked again until a listing comes

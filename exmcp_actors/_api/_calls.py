@@ -301,10 +301,12 @@ class ServerCalls(ListCalls):
         elif asks:
             params["task"] = dict(task) if isinstance(task, dict) else {}
         params = with_meta(params, own_meta)
+        # A lookup the check makes (an unlisted tool) spends what is left of this one timeout.
+        deadline = time.monotonic() + (self._request_timeout if timeout is None else check_timeout("timeout", timeout))
         result = self._interactive("tools/call", params, timeout, progress, self._calling_tool)
         created = created_task(result) if task is not False else None
         if created is None:
-            return self._checked_result(name, result, timeout) if validate else result
+            return self._checked_result(name, result, max(deadline - time.monotonic(), 0.001)) if validate else result
         handle = Task(
             self,
             created,
