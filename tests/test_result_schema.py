@@ -9,6 +9,7 @@ what no real server sends: a schema too big, a remote ``$ref``, a catastrophic p
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from collections.abc import Iterator
@@ -226,7 +227,48 @@ def test_an_unanswered_lookup_spends_only_the_calls_timeout(
     client = connect_fake(server, client_pool)
     answer["result"] = {"content": [], "structuredContent": {"n": "unchecked"}}
     # The listing never comes: the call ends within its own timeout, its result unchecked.
-    assert client.call_tool("t", timeout=1.0)["structuredContent"] == {"n": "unchecked"}
+    assert client.call_tool("t", timeout=4.0)["structuredContent"] == {"n": "unchecked"}
     assert server.count("tools/list") == 1
-    assert client.call_tool("t", timeout=1.0)["structuredContent"] == {"n": "unchecked"}
+    assert client.call_tool("t", timeout=4.0)["structuredContent"] == {"n": "unchecked"}
     assert server.count("tools/list") == 1  # remembered: not asked again until a listing comes
+
+
+def test_threads_calling_an_unlisted_tool_at_once_cost_one_listing(
+    fake: tuple[FakeServer, dict[str, Any]], client_pool: ClientPool
+) -> None:
+    server, _ = fake
+    client = connect_fake(server, client_pool)
+    listing = server.default_handler("tools/list")
+    assert listing is not None
+    calls = 4
+    answered: list[None] = []
+    all_called = threading.Event()
+
+    @server.on("tools/call", concurrent=True)
+    def call(params: dict[str, Any], ctx: Any) -> Any:
+        answered.append(None)
+        if len(answered) == calls:
+            all_called.set()
+        return {"content": [], "structuredContent": {"n": "bad"}}
+
+    @server.on("tools/list", concurrent=True)
+    def held(params: dict[str, Any], ctx: Any) -> Any:
+        ctx.wait(all_called)  # every caller is past its call, at its lookup, while this is out
+        return listing(params, ctx)
+
+    outcomes: queue.SimpleQueue[str] = queue.SimpleQueue()
+    threads = [threading.Thread(target=lambda: outcomes.put(call_t(client))) for _ in range(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    assert [outcomes.get(timeout=TIMEOUT) for _ in range(calls)] == ["invalid"] * calls
+    assert server.count("tools/list") == 1
+
+
+def call_t(client: mcp.Client) -> str:
+    try:
+        client.call_tool("t")
+    except mcp.InvalidToolResult:
+        return "invalid"
+    return "valid"

@@ -13,6 +13,7 @@ dropped ``tools/call`` may be re-issued) read it without a lock (``exmcp_actors.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
@@ -74,6 +75,9 @@ class ToolBook:
         self._warned: dict[tuple[str, str], None] = {}
         #: Names a listing was fetched for and did not name; replaced whole by each listing.
         self._unlisted: dict[str, None] = {}
+        #: Held by the host thread looking up an unlisted tool (``ServerCalls._checked_result``),
+        #: so threads calling it at once cost one listing.
+        self.lookup = threading.Lock()
         self._log = RateLimitedLog(logger)
 
     def learn(self, tools: list[Any], *, modern: bool, complete: bool) -> list[Any]:
