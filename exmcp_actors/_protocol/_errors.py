@@ -210,8 +210,10 @@ class InvalidToolResult(Error):
     reason: Any = "invalid_tool_result"
     default_message = "a tool's result does not conform to its outputSchema"
 
-    def __init__(self, message: str, *, tool: str, result: Any, violation: str | None = None) -> None:
-        super().__init__(message, reason=("invalid_tool_result", tool))
+    def __init__(
+        self, message: str | None = None, *, tool: str | None = None, result: Any = None, violation: str | None = None
+    ) -> None:
+        super().__init__(message, reason=("invalid_tool_result", tool) if tool is not None else None)
         self.tool = tool
         self.result = result
         self.violation = violation
