@@ -319,33 +319,22 @@ class ServerCalls(ListCalls):
         return handle
 
     def _checked_result(self, name: str, result: Any, timeout: float | None) -> Any:
-        """``result`` of tool ``name``, checked (see :func:`check_tool_result`). A tool no
-        listing named, answering ``structuredContent``, is looked up with one ``list_tools()``
-        (once until the next listing: threads asking at once wait for the one lookup, within
-        their timeout); one still unnamed, or a failed lookup, is not checked."""
+        """``result`` of tool ``name``, checked (see :func:`check_tool_result`); a tool no listing
+        named, answering ``structuredContent``, is looked up first (``ToolBook.look_up``)."""
         tools = self._shared.tools
         if tools is None:
             return result
         if not tools.listed(name) and isinstance(result, dict) and "structuredContent" in result:
             wait = self._request_timeout if timeout is None else timeout
-            if tools.lookup.acquire(timeout=wait):
-                try:
-                    if not tools.listed(name) and not tools.fetched_for(name):
-                        self._look_up(name, wait)
-                finally:
-                    tools.lookup.release()
+            tools.look_up(name, wait, lambda: self._list_for_check(name, wait))
         check_tool_result(name, result, tools.output_schema(name))
         return result
 
-    def _look_up(self, name: str, wait: float) -> None:
-        tools = self._shared.tools
-        assert tools is not None
+    def _list_for_check(self, name: str, wait: float) -> None:
         try:
             self.list_tools(timeout=wait)
         except Error as failed:  # the call itself succeeded: its result goes back unchecked
             logger.info("%s: tools/list for checking %s failed: %s", self.name, peer_text(name, quote=True), failed)
-        if not tools.listed(name):
-            tools.note_unlisted(name)
 
     def _tool_runs_as_task(self, name: str, wait: float) -> bool:
         """2025-11-25: whether the tool's listing lets it run as a task (``execution.taskSupport``

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
@@ -75,8 +75,8 @@ class ToolBook:
         self._warned: dict[tuple[str, str], None] = {}
         #: Names a listing was fetched for and did not name; replaced whole by each listing.
         self._unlisted: dict[str, None] = {}
-        #: Held by the host thread looking up an unlisted tool (``ServerCalls._checked_result``),
-        #: so threads calling it at once cost one listing.
+        #: Held by the host thread looking up an unlisted tool (:meth:`look_up`), so threads
+        #: calling it at once cost one listing.
         self.lookup = threading.Lock()
         self._log = RateLimitedLog(logger)
 
@@ -139,17 +139,24 @@ class ToolBook:
         facts = self.facts.get(name)
         return facts.output if facts is not None else None
 
-    def fetched_for(self, name: str) -> bool:
-        """Whether a listing was fetched for the unlisted tool ``name`` since the last one came."""
-        return name in self._unlisted
-
-    def note_unlisted(self, name: str) -> None:
-        """A listing fetched for ``name`` did not name it (a host thread's write, racing only
-        another such write: either leaves the name noted)."""
-        unlisted = self._unlisted
-        unlisted[name] = None
-        if len(unlisted) > MAX_UNLISTED:
-            unlisted.pop(next(iter(unlisted)), None)
+    def look_up(self, name: str, wait: float, fetch: Callable[[], None]) -> None:
+        """A host thread's lookup of the unlisted tool ``name``: ``fetch()`` lists the tools
+        (and swallows its failure), once until the next listing; threads asking at once wait
+        (at most ``wait`` seconds) for the one fetch. A name the listing did not name is noted,
+        at most :data:`MAX_UNLISTED`, the oldest forgotten."""
+        if not self.lookup.acquire(timeout=wait):
+            return
+        try:
+            if name in self.facts or name in self._unlisted:
+                return
+            fetch()
+            unlisted = self._unlisted  # replaced whole if the fetch brought a listing
+            if name not in self.facts:
+                unlisted[name] = None
+                if len(unlisted) > MAX_UNLISTED:
+                    unlisted.pop(next(iter(unlisted)), None)
+        finally:
+            self.lookup.release()
 
     def runs_as_task(self, name: str) -> bool | None:
         """Whether the listed tool may be asked to run as a task (2025-11-25), or None for a
