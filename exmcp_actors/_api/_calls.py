@@ -23,6 +23,7 @@ from .._protocol._host_checks import LOG_LEVELS, check_roots, tasks_advertised
 from .._protocol._peer_text import peer_text
 from .._util._checks import check_timeout
 from .._util._reply import Reply
+from .._util._tracing import with_trace
 from ._call import Call
 from ._lists import Meta, check_meta, with_meta
 from ._submit import Progress, SubmitCalls
@@ -82,10 +83,12 @@ class ServerCalls(SubmitCalls):
     def _send_request(self, method: str, params: dict[str, Any] | None, wait: float | None = None) -> PendingRequest:
         """Send a request without waiting, for the refcount worker (see :meth:`_await_request`).
         A client that is not ready (or has stopped) fails the request through its future.
-        ``wait``: seconds to wait for the session (at most COMMAND_WAIT), else RequestTimeout."""
+        ``wait``: seconds to wait for the session (at most COMMAND_WAIT), else RequestTimeout.
+        The host's current OpenTelemetry span rides in ``_meta`` (``_tracing``): taken here,
+        on the host's thread, where it is current."""
         request_id = self._ids.next_id()
         future = Reply()
-        self._run(SendRequest(request_id, method, params, future), wait)
+        self._run(SendRequest(request_id, method, with_trace(params), future), wait)
         return PendingRequest(request_id, method, future)
 
     def _await_request(self, pending: PendingRequest, wait: float, timeout: float | None = None) -> Any:
@@ -117,6 +120,7 @@ class ServerCalls(SubmitCalls):
         progress: Progress | None = None,
         task: bool | dict[str, Any] = False,
         meta: Meta = None,
+        validate: bool = True,
         timeout: float | None = None,
         reset_timeout_on_progress: bool = False,
         max_total_timeout: float | None = None,
@@ -141,6 +145,13 @@ class ServerCalls(SubmitCalls):
             reset_timeout_on_progress: each progress notification of the call restarts
                 ``timeout`` (a progress token is sent even without ``progress``).
             max_total_timeout: seconds the call may take in all, whatever its progress.
+            validate: check a result that is no error (a task's too, in ``Task.result()``)
+                against the tool's ``outputSchema`` (``_result_schema``), the tools listed once
+                first if this one was not and the result has ``structuredContent``; False takes
+                the result unchecked.
+
+        Raises:
+            InvalidToolResult: the result breaks the tool's ``outputSchema``, or cannot be checked.
         """
         return self._wait(
             self.submit_tool(
@@ -152,6 +163,7 @@ class ServerCalls(SubmitCalls):
                 task=task,
                 reset_timeout_on_progress=reset_timeout_on_progress,
                 max_total_timeout=max_total_timeout,
+                validate=validate,
             )
         )
 
@@ -166,11 +178,14 @@ class ServerCalls(SubmitCalls):
         task: bool | dict[str, Any] = False,
         reset_timeout_on_progress: bool = False,
         max_total_timeout: float | None = None,
+        validate: bool = True,
     ) -> Call:
         """``tools/call`` without waiting: its :class:`Call`, settled with what :meth:`call_tool`
         returns or raises (arguments as there). On 2025-11-25, ``task=True`` for a tool no
         listing named yet lists the tools first, in this thread."""
         own_meta = check_meta(meta)
+        if not isinstance(validate, bool):
+            raise TypeError(f"validate must be True or False, got {validate!r}")
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
         if arguments is not None and not isinstance(arguments, dict):
@@ -205,6 +220,7 @@ class ServerCalls(SubmitCalls):
             max_total=max_total_timeout,
             task=task,
             modern_meta=modern_meta,
+            checked_tool=name if validate else None,
         )
 
     def _tool_runs_as_task(self, name: str, wait: float) -> bool:

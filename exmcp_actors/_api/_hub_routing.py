@@ -99,7 +99,7 @@ class ListedTools:
         if "tools" not in (client.server_capabilities or {}):
             return ()
         book = client._shared.tools
-        if book is None or not book.listed:
+        if book is None or not book.has_listing:
             try:
                 client.list_tools(timeout=self._timeout)
             except Error as exc:

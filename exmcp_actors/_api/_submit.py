@@ -28,9 +28,11 @@ from .._protocol._host_checks import MAX_INPUT_ROUNDS, created_task, misplaced_t
 from .._protocol._jsonrpc import HEADER_MISMATCH, RequestBuilder
 from .._protocol._peer_text import peer_text
 from .._protocol._reissue import MAX_REISSUES, describe_call, why_not_reissued
+from .._protocol._result_schema import check_tool_result
 from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
+from .._util._tracing import with_trace
 from ._call import Budget, Call
 from ._lists import ListCalls
 from ._task import Task
@@ -71,6 +73,8 @@ class Drive:
     elicited: bool = False
     feed: Any = None
     token: str | None = None
+    #: The tool whose ``outputSchema`` the result is checked against (``validate``), if any.
+    checked_tool: str | None = None
 
 
 class RoundReply:
@@ -136,6 +140,7 @@ class SubmitCalls(ListCalls):
         max_total: float | None = None,
         task: bool | dict[str, Any] = False,
         modern_meta: dict[str, Any] | None = None,
+        checked_tool: str | None = None,
     ) -> Call:
         """Make the call's future, arm its budget and send its first round from this thread."""
         if progress is not None and not callable(progress):
@@ -145,7 +150,9 @@ class SubmitCalls(ListCalls):
         wait = self._request_timeout if timeout is None else check_timeout("timeout", timeout)
         total = None if max_total is None else check_timeout("max_total_timeout", max_total)
         call = Call(method, self._host.call_pool, self._cancel_on_wire, Budget(wait, reset, total))
-        drive = Drive(method, params, interactive, task, modern_meta)
+        # The host's OpenTelemetry span is current here, on its thread: every round carries it.
+        params = with_trace(params)
+        drive = Drive(method, params, interactive, task, modern_meta, checked_tool=checked_tool)
         if progress is not None or reset:
             drive.token = f"progress-{next(_progress_tokens)}"
             params = dict(params or {})
@@ -195,8 +202,14 @@ class SubmitCalls(ListCalls):
                     raise ProtocolError(f"{drive.method} asked for input more than {MAX_INPUT_ROUNDS} times")
                 drive.rounds += 1
                 self._off_pool(call, drive, lambda: self._answer_round(call, drive, value))
+            elif drive.checked_tool is not None and self._needs_lookup(drive.checked_tool, value):
+                tool = drive.checked_tool  # the listing blocks: off the pool, within the call's budget
+                self._off_pool(call, drive, lambda: self._settle(call, drive, self._checked(tool, value, call)))
             else:
-                self._settle(call, drive, self._outcome(drive, value))
+                outcome = self._outcome(drive, value)
+                if drive.checked_tool is not None and not isinstance(outcome, Task):
+                    outcome = self._checked(drive.checked_tool, outcome, call)
+                self._settle(call, drive, outcome)
         except Exception as failed:
             self._settle(call, drive, error=failed)
 
@@ -209,15 +222,49 @@ class SubmitCalls(ListCalls):
         created = created_task(result) if drive.task is not False else None
         if created is None:
             return result
+        tool = drive.checked_tool
         handle = Task(
             self,
             created,
             self._host.tasks.pop,
             modern_meta=drive.modern_meta,
             answer=lambda requests: self._answer_inputs("tasks/get", requests),
+            check=None if tool is None else (lambda outcome: self._checked_result(tool, outcome, None)),
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
+
+    def _needs_lookup(self, name: str, result: Any) -> bool:
+        """A result to check of a tool no listing named yet: the tools are listed first."""
+        tools = self._shared.tools
+        return (
+            tools is not None
+            and not tools.listed(name)
+            and isinstance(result, dict)
+            and "structuredContent" in result
+            and created_task(result) is None
+        )
+
+    def _checked(self, name: str, result: Any, call: Call) -> Any:
+        return self._checked_result(name, result, call._remaining())
+
+    def _checked_result(self, name: str, result: Any, timeout: float | None) -> Any:
+        """``result`` of tool ``name``, checked (see :func:`check_tool_result`); a tool no listing
+        named, answering ``structuredContent``, is looked up first (``ToolBook.look_up``)."""
+        tools = self._shared.tools
+        if tools is None:
+            return result
+        if not tools.listed(name) and isinstance(result, dict) and "structuredContent" in result:
+            wait = self._request_timeout if timeout is None else timeout
+            tools.look_up(name, wait, lambda: self._list_for_check(name, wait))
+        check_tool_result(name, result, tools.output_schema(name))
+        return result
+
+    def _list_for_check(self, name: str, wait: float) -> None:
+        try:
+            self.list_tools(timeout=wait)
+        except Error as failed:  # the call itself succeeded: its result goes back unchecked
+            logger.info("%s: tools/list for checking %s failed: %s", self.name, peer_text(name, quote=True), failed)
 
     def _settle(self, call: Call, drive: Drive, value: Any = None, error: BaseException | None = None) -> None:
         if drive.token is not None:

@@ -73,6 +73,7 @@ class Task:
         *,
         modern_meta: dict[str, Any] | None = None,
         answer: InputAnswerer | None = None,
+        check: Callable[[Any], Any] | None = None,
     ) -> None:
         task_id = task.get("taskId")
         if not isinstance(task_id, str) or not task_id:
@@ -82,6 +83,8 @@ class Task:
         #: 2026-07-28: the ``_meta`` every ``tasks/*`` request carries (it declares the extension).
         self._modern_meta = modern_meta
         self._answer = answer
+        #: ``check(result) -> result``: the call's check of its outcome (``_result_schema``).
+        self._check = check
         self._method = TASK_STATUS if modern_meta is None else TASK_NOTIFICATION
         self._lock = threading.Lock()
         # A CreateTaskResult's result, error or inputRequests MUST NOT be used (SEP-2663).
@@ -189,10 +192,15 @@ class Task:
         Raises:
             RequestError: the task failed or was cancelled (or the server answered with an error).
             RequestTimeout: not terminal within ``timeout`` seconds (None: wait as long as it takes).
+            InvalidToolResult: the result breaks the tool's ``outputSchema`` (unless the call
+                had ``validate=False``).
         """
         deadline = None if timeout is None else time.monotonic() + check_timeout("timeout", timeout)
-        if self._modern_meta is not None:
-            return self._polled_result(deadline)
+        outcome = self._polled_result(deadline) if self._modern_meta is not None else self._fetched_result(deadline)
+        return outcome if self._check is None else self._check(outcome)
+
+    def _fetched_result(self, deadline: float | None) -> Any:
+        """2025-11-25: ``tasks/result`` blocks until terminal, and answers the outcome."""
         while True:
             wait = _left(deadline)
             try:

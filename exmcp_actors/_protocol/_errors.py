@@ -215,6 +215,23 @@ class ProtocolError(Error):
     default_message = "the server broke the MCP protocol"
 
 
+class InvalidToolResult(Error):
+    """A tool's result breaks the ``outputSchema`` its listing declared (or cannot be checked
+    against it: see ``_result_schema``). ``.result`` is the result as it came, for a host that
+    takes it anyway; ``.violation`` the first violation (``at $path: message``), if one was found."""
+
+    reason: Any = "invalid_tool_result"
+    default_message = "a tool's result does not conform to its outputSchema"
+
+    def __init__(
+        self, message: str | None = None, *, tool: str | None = None, result: Any = None, violation: str | None = None
+    ) -> None:
+        super().__init__(message, reason=("invalid_tool_result", tool) if tool is not None else None)
+        self.tool = tool
+        self.result = result
+        self.violation = violation
+
+
 class InternalError(RuntimeError):
     """A bug in this library, never the peer's fault nor the host's.
 
@@ -246,6 +263,7 @@ for _public in (
     ExchangeFailed,
     OutcomeUnknown,
     ProtocolError,
+    InvalidToolResult,
 ):
     _public.__module__ = "exmcp_actors"
 
