@@ -204,11 +204,11 @@ class SubmitCalls(ListCalls):
                 self._off_pool(call, drive, lambda: self._answer_round(call, drive, value))
             elif drive.checked_tool is not None and self._needs_lookup(drive.checked_tool, value):
                 tool = drive.checked_tool  # the listing blocks: off the pool, within the call's budget
-                self._off_pool(call, drive, lambda: self._settle(call, drive, self._checked(tool, value, call)))
+                self._off_pool(call, drive, lambda: self._look_up_and_settle(call, drive, tool, value))
             else:
                 outcome = self._outcome(drive, value)
                 if drive.checked_tool is not None and not isinstance(outcome, Task):
-                    outcome = self._checked(drive.checked_tool, outcome, call)
+                    outcome = self._checked_result(drive.checked_tool, outcome, call._remaining())
                 self._settle(call, drive, outcome)
         except Exception as failed:
             self._settle(call, drive, error=failed)
@@ -245,8 +245,11 @@ class SubmitCalls(ListCalls):
             and created_task(result) is None
         )
 
-    def _checked(self, name: str, result: Any, call: Call) -> Any:
-        return self._checked_result(name, result, call._remaining())
+    def _look_up_and_settle(self, call: Call, drive: Drive, name: str, result: Any) -> None:
+        """The call succeeded: a listing that takes the rest of its budget leaves the result
+        unchecked rather than expiring it, so the expiry is this step's until it settles."""
+        call._own_expiry(True)
+        self._settle(call, drive, self._checked_result(name, result, call._remaining()))
 
     def _checked_result(self, name: str, result: Any, timeout: float | None) -> Any:
         """``result`` of tool ``name``, checked (see :func:`check_tool_result`); a tool no listing
