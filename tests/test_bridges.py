@@ -22,9 +22,9 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._protocol._ratelog import RateLimitedLog
 from exmcp_actors.bridges import AsyncioSubscriber, QtSubscriber, TkSubscriber, _asyncio, _qt, _tk
-from tests.sdk_helpers import RESOURCE_UPDATED, TOOLS_CHANGED, URI_A, WAIT, ClientPool, notify, shared_target
+from tests.sdk_helpers import RESOURCE_UPDATED, TOOLS_CHANGED, URI_C, WAIT, ClientPool, notify, shared_target
 
-WATCHED = {"toolsListChanged": True, "resourceSubscriptions": [URI_A]}
+WATCHED = {"toolsListChanged": True, "resourceSubscriptions": [URI_C]}
 
 
 def _event(n: int) -> mcp.Notification:
@@ -64,7 +64,7 @@ def test_asyncio_reader_gets_a_real_servers_update_list_change_and_closing(
         async with AsyncioSubscriber(asyncio.get_running_loop()) as sub:
             client = await asyncio.to_thread(client_pool.connect, target.make_transport())
             await asyncio.to_thread(client.watch, WATCHED, sub)
-            await asyncio.to_thread(notify, client, "resource_updated", URI_A)
+            await asyncio.to_thread(notify, client, "resource_updated", URI_C)
             await asyncio.to_thread(notify, client, "tools")
             async for msg in sub:
                 got.append(msg)
@@ -76,7 +76,7 @@ def test_asyncio_reader_gets_a_real_servers_update_list_change_and_closing(
         return got
 
     got = asyncio.run(asyncio.wait_for(main(), WAIT))
-    assert [(m.method, m.params.get("uri")) for m in got[:2]] == [(RESOURCE_UPDATED, URI_A), (TOOLS_CHANGED, None)]
+    assert [(m.method, m.params.get("uri")) for m in got[:2]] == [(RESOURCE_UPDATED, URI_C), (TOOLS_CHANGED, None)]
     assert isinstance(got[2], mcp.Closed) and got[2].reason == "disconnected"
 
 
@@ -224,12 +224,12 @@ def test_tk_callback_runs_on_the_tk_thread_for_a_real_servers_update(
     sub = TkSubscriber(tk_root, lambda msg: got.append((msg, threading.get_ident())))
     client = client_pool.connect(shared_target(peer_pool, "ws", "legacy").make_transport())
     client.watch(WATCHED, subscriber=sub)
-    trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_A))
+    trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_C))
     _run_tk(tk_root, lambda: bool(got), trigger.start)
     trigger.join(WAIT)
     assert got, "no message reached the Tk callback"
     msg, thread = got[0]
-    assert (msg.method, msg.params["uri"]) == (RESOURCE_UPDATED, URI_A)
+    assert (msg.method, msg.params["uri"]) == (RESOURCE_UPDATED, URI_C)
     assert thread == threading.get_ident()  # the thread that runs mainloop()
     tk_root.destroy()  # before the client's closing message: dropped, not waited for
 
@@ -248,7 +248,7 @@ def test_a_raising_tk_callback_is_logged_once_and_hurts_no_other_subscriber(
     client.watch(WATCHED, subscriber=TkSubscriber(tk_root, callback))
     box: queue.Queue[Any] = queue.Queue()
     client.watch(WATCHED, subscriber=box)
-    trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_A), kwargs={"count": 2})
+    trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_C), kwargs={"count": 2})
     _run_tk(tk_root, lambda: len(calls) == 2, trigger.start)
     trigger.join(WAIT)
     assert len(calls) == 2  # called again after raising
@@ -312,7 +312,7 @@ def test_qt_slot_runs_on_the_gui_thread_for_a_real_servers_update(
     sub.message.connect(slot)
     client = client_pool.connect(shared_target(peer_pool, "ws", "modern").make_transport())
     client.watch(WATCHED, subscriber=sub)
-    trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_A))
+    trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_C))
     guard = QTimer()
     guard.setSingleShot(True)
     guard.timeout.connect(qt_app.quit)
@@ -323,7 +323,7 @@ def test_qt_slot_runs_on_the_gui_thread_for_a_real_servers_update(
     trigger.join(WAIT)
     assert got, "no message reached the Qt slot"
     msg, thread = got[0]
-    assert (msg.method, msg.params["uri"]) == (RESOURCE_UPDATED, URI_A)
+    assert (msg.method, msg.params["uri"]) == (RESOURCE_UPDATED, URI_C)
     assert thread == threading.get_ident()  # the thread that owns the object and runs exec()
     client.disconnect()
     sub.message.disconnect(slot)

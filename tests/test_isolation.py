@@ -333,7 +333,13 @@ def test_every_public_exception_prints_as_a_sentence_and_shows_as_exmcp_actors()
     assert len(errors) >= 10
     for cls in errors:
         assert cls.__module__ == "exmcp_actors", cls
-        if cls in (mcp.SubscribeFailed, mcp.RequestError, mcp.ExchangeFailed, mcp.OutcomeUnknown):
+        if cls in (
+            mcp.SubscribeFailed,
+            mcp.RequestError,
+            mcp.ExchangeFailed,
+            mcp.OutcomeUnknown,
+            mcp.UrlElicitationRequired,
+        ):
             continue  # their arguments make their sentence (checked below)
         error = cls()
         text = str(error)

@@ -194,6 +194,8 @@ class Call(Future[Any]):
 
     def _invoke_callbacks(self) -> None:
         cleanup, self._cleanup = self._cleanup, []
+        if not cleanup and not self._done_callbacks:  # type: ignore[attr-defined]
+            return  # final once settled (a callback added later runs at once): no pool hop
         if not self._pool.submit(lambda: self._run_callbacks(cleanup)):
             self._run_callbacks(cleanup)  # the client closed its pool: here, rather than never
 

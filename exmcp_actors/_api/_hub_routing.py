@@ -26,10 +26,16 @@ class AmbiguousTool(Error, ValueError):
     """More than one server of the hub has the tool: ``.servers`` (sorted) and ``.choices``
     (the ``"server/tool"`` name of each) say how to name the one meant."""
 
-    def __init__(self, name: str, matches: Sequence[tuple[str, str]]) -> None:
+    reason: Any = "ambiguous_tool"
+    default_message = "the tool is on more than one server of the hub"
+
+    def __init__(self, name: str = "", matches: Sequence[tuple[str, str]] = ()) -> None:
         self.name = name
         self.servers = sorted({server for server, _ in matches})
         self.choices = sorted(f"{server}/{tool}" for server, tool in matches)
+        if not matches:
+            super().__init__(None)
+            return
         text = (
             f"tool {name!r} is on more than one server of the hub ({', '.join(self.servers)}): "
             f"name it as {' or '.join(repr(choice) for choice in self.choices)}"
@@ -44,15 +50,26 @@ class UnknownTool(Error, ValueError):
     """No server of the hub lists the tool: ``.servers`` were searched, ``.unlisted`` could
     not be listed."""
 
-    def __init__(self, name: str, servers: Sequence[str], unlisted: Sequence[str]) -> None:
+    reason: Any = "unknown_tool"
+    default_message = "no server of the hub lists the tool"
+
+    def __init__(self, name: str = "", servers: Sequence[str] = (), unlisted: Sequence[str] = ()) -> None:
         self.name = name
         self.servers = sorted(servers)
         self.unlisted = sorted(unlisted)
+        if not name:
+            super().__init__(None)
+            return
         searched = ", ".join(self.servers) if self.servers else "none connected"
         text = f"no server of the hub lists a tool {name!r} (servers searched: {searched}"
         if self.unlisted:
             text += f"; their tools could not be listed: {', '.join(self.unlisted)}"
         super().__init__(text + ")", reason=("unknown_tool", name))
+
+
+# Shown as exmcp_actors.AmbiguousTool, like the library's other errors (not by this module's path).
+for _public in (AmbiguousTool, UnknownTool):
+    _public.__module__ = "exmcp_actors"
 
 
 def resolve_tool(name: str, servers: Sequence[str], names_of: ToolNames) -> tuple[str, str]:

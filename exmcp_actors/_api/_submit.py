@@ -79,7 +79,8 @@ class Drive:
 
 class RoundReply:
     """The answer slot of one wire round: the session settles it (on the reader's or the
-    actor's thread) and it hands the outcome to the call pool at once."""
+    actor's thread), which settles the call there when nothing of the outcome may block
+    (``SubmitCalls._settles_at_once``), else hands it to the call pool at once."""
 
     __slots__ = ("_lock", "_on_answer", "_set")
 
@@ -171,13 +172,17 @@ class SubmitCalls(ListCalls):
         request_id = self._ids.next_id()
 
         def on_answer(value: Any, error: BaseException | None) -> None:
+            if error is None and self._settles_at_once(drive, value):
+                self._answered(call, drive, value, None)  # wakes the waiting host thread directly
+                return
             if not self._host.call_pool.submit(lambda: self._answered(call, drive, value, error)):
                 self._answered(call, drive, value, error)  # the pool closed with the client
 
         if not call._round_sent(request_id):
             return  # settled (cancelled, expired) before this round went out
         try:
-            self._run(SendRequest(request_id, drive.method, drive.params, RoundReply(on_answer)), call._remaining())
+            reply = RoundReply(on_answer)
+            self._run(SendRequest(request_id, drive.method, drive.params, reply), call._remaining())
         except BaseException as failed:
             # A Ctrl-C (or a session that would not take the command) must leave no pending entry behind.
             call._cancel_quietly(request_id, "interrupted" if isinstance(failed, KeyboardInterrupt) else "failed")
@@ -187,8 +192,8 @@ class SubmitCalls(ListCalls):
                 raise
             call._finish(error=failed)
             return
-        if not call._open:
-            call._cancel_quietly(request_id, "cancelled")  # settled while it was being sent
+        if not call._open and not reply.done():  # settled while it was being sent, and not by its answer
+            call._cancel_quietly(request_id, "cancelled")
 
     def _answered(self, call: Call, drive: Drive, value: Any, error: BaseException | None) -> None:
         """One round's answer, on the call pool: the call's one outcome function."""
@@ -233,6 +238,20 @@ class SubmitCalls(ListCalls):
         )
         self._host.adopt_task(handle.task_id, TaskFeed(handle._status_noted, handle._end))
         return handle
+
+    def _settles_at_once(self, drive: Drive, value: Any) -> bool:
+        """An answer whose outcome takes nothing that may block or run long (a progress drain,
+        an ``input_required`` round, a task, a schema check): settled on the thread that got it."""
+        if drive.token is not None or drive.task is not False:
+            return False
+        if drive.interactive and isinstance(value, dict) and value.get("resultType") == "input_required":
+            return False
+        if drive.checked_tool is None:
+            return True
+        tools = self._shared.tools
+        return (
+            tools is not None and tools.listed(drive.checked_tool) and tools.output_schema(drive.checked_tool) is None
+        )
 
     def _needs_lookup(self, name: str, result: Any) -> bool:
         """A result to check of a tool no listing named yet: the tools are listed first."""

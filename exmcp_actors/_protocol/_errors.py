@@ -264,6 +264,7 @@ for _public in (
     OutcomeUnknown,
     ProtocolError,
     InvalidToolResult,
+    UrlElicitationRequired,
 ):
     _public.__module__ = "exmcp_actors"
 
