@@ -121,6 +121,9 @@ def test_tools_and_tool_choice_reach_the_handler(connect: Callable[..., mcp.Clie
         (turns(ASK, {"role": "assistant", "content": [{**USE, "id": 7}]}), "a tool_use without an 'id' string"),
         (turns({"role": "user", "content": [RESULT | {"toolUseId": None}]}), "without a 'toolUseId' string"),
         (turns({"role": "user", "content": ["hi"]}), "content must be a content block or a list of them"),
+        (turns({"content": ASK["content"]}), "messages[0] needs role 'user' or 'assistant'"),
+        (turns({**ASK, "role": "system"}), "messages[0] needs role 'user' or 'assistant'"),
+        (turns(ASK, {"role": "user", "content": [USE]}, {"role": "user", "content": [RESULT]}), "only in an assistant"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )
