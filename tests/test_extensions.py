@@ -14,7 +14,7 @@ import pytest
 from sdk_helpers import ClientPool, TapTransport, once
 
 import exmcp_actors as mcp
-from exmcp_actors._protocol._extensions import TASKS_EXTENSION
+from exmcp_actors._protocol._extensions import TASKS_EXTENSION, check_extensions
 from tests.peers.ts_peer import missing_tools, ts_argv
 
 TIMEOUT = 20.0
@@ -88,7 +88,7 @@ def test_no_extensions_declares_no_extensions_field(connect: Callable[..., mcp.C
     [
         ([("com.example/x", {})], TypeError, "extensions must be a dict"),
         ({"no-prefix": {}}, ValueError, "'no-prefix'"),
-        ({"example/x": {}}, ValueError, "'example/x'"),
+        ({"1example/x": {}}, ValueError, "'1example/x'"),
         ({"com.example/": {}}, ValueError, "'com.example/'"),
         ({"com.example/-x": {}}, ValueError, "'com.example/-x'"),
         ({"com..example/x": {}}, ValueError, "'com..example/x'"),
@@ -111,3 +111,9 @@ def test_bad_extensions_are_refused_before_anything_starts_naming_the_argument_a
         mcp.connect(["/nonexistent/server"], extensions=extensions)
     assert "extensions" in str(raised.value)
     assert names in str(raised.value)
+
+
+def test_a_one_label_prefix_is_an_extension_identifier() -> None:
+    # The _meta key rules make the prefix "a series of labels"; a reversed domain is only a SHOULD.
+    declared = {"acme/x": {}, "acme.tools-2/n.v_1": {"k": 1}}
+    assert check_extensions(declared) == declared

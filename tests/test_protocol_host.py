@@ -112,3 +112,11 @@ def test_tasks_result_requests_waiting_on_one_task_are_bounded() -> None:
     tasks.finished(task_id, {"content": []}, None)
     answers = [a for a in sent(effects) if "id" in a]  # (the status notification has none)
     assert sorted(a["id"] for a in answers) == list(range(MAX_WAITING))  # each waiting one answered once
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+def test_a_form_answer_other_than_accept_sends_no_content(action: str) -> None:
+    # ElicitResult.content is "only present when action is accept": a declined form's data stays here.
+    params = {"message": "m", "requestedSchema": SCHEMA}
+    answer, why = finish_answer("elicitation/create", params, {"action": action, "content": {"a": "secret"}})
+    assert why is None and answer == {"action": action}

@@ -121,6 +121,9 @@ def test_tools_and_tool_choice_reach_the_handler(connect: Callable[..., mcp.Clie
         (turns(ASK, {"role": "assistant", "content": [{**USE, "id": 7}]}), "a tool_use without an 'id' string"),
         (turns({"role": "user", "content": [RESULT | {"toolUseId": None}]}), "without a 'toolUseId' string"),
         (turns({"role": "user", "content": ["hi"]}), "content must be a content block or a list of them"),
+        (turns({"content": ASK["content"]}), "messages[0] needs role 'user' or 'assistant'"),
+        (turns({**ASK, "role": "system"}), "messages[0] needs role 'user' or 'assistant'"),
+        (turns(ASK, {"role": "user", "content": [USE]}, {"role": "user", "content": [RESULT]}), "only in an assistant"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )
@@ -293,3 +296,24 @@ def test_modern_tool_loop_round_is_answered() -> None:
         with mcp.connect(server.transport(), sampling=Handler(TOOL_USE), sampling_tools=True) as client:
             result = client.call_tool("echo", {}, timeout=TIMEOUT)
         assert result["content"][0]["text"] == repr(TOOL_USE)
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-03-26"])
+def test_an_older_server_gets_a_sampled_message_as_one_block(version: str, client_pool: ClientPool) -> None:
+    # Before 2025-11-25 CreateMessageResult.content is one block, never a list.
+    plain = {"messages": [ASK], "maxTokens": 5}
+    with FakeServer() as server:
+        card = {"protocolVersion": version, "capabilities": {}, "serverInfo": {"name": "old", "version": "1"}}
+
+        def initialize(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+            ctx.era = "legacy"
+            return card
+
+        server.on("initialize", initialize)
+        handler = Handler({**TEXT, "content": [TEXT["content"]]})
+        client = client_pool.connect(server.transport(), reconnect=False, sampling=handler)
+        assert client.protocol_version == version
+        assert answer_of(server, plain)["result"] == TEXT
+        handler.answer = {**TEXT, "content": [TEXT["content"], TEXT["content"]]}
+        error = answer_of(server, plain)["error"]
+        assert error["code"] == -32603 and f"MCP {version} takes one content block" in error["message"], error

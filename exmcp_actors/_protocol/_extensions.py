@@ -4,7 +4,8 @@ library's own (the tasks extension).
 An extension is declared in ``capabilities.extensions`` as ``{identifier: settings}``: in the
 ``initialize`` request on a legacy connection, in the client capabilities of every request's
 ``_meta`` on 2026-07-28. An identifier is ``{vendor-prefix}/{name}``, named by the ``_meta`` key
-rules with the prefix mandatory; the prefix a reversed domain name (``com.example``).
+rules with the prefix mandatory: one or more dot-separated labels, which SHOULD (not must) be a
+reversed domain name (``com.example``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ MAX_IDENTIFIER = 256
 MAX_EXTENSIONS = 64
 
 _LABEL = r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_IDENTIFIER: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})+/[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_IDENTIFIER: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*/[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 def check_extensions(extensions: Any) -> dict[str, dict[str, Any]]:
@@ -45,7 +46,8 @@ def check_extensions(extensions: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(name, str) or len(name) > MAX_IDENTIFIER or not _IDENTIFIER.fullmatch(name):
             raise ValueError(
                 f"extensions has the name {name!r}, which is no extension identifier: it must be "
-                "'vendor-prefix/name' with a reversed domain name as the prefix, e.g. 'com.example/my-extension'"
+                "'vendor-prefix/name', the prefix dot-separated labels (a reversed domain name), "
+                "e.g. 'com.example/my-extension'"
             )
         if not isinstance(settings, dict):
             raise TypeError(

@@ -153,9 +153,10 @@ def finish_answer(method: str, params: dict[str, Any], result: Any) -> tuple[dic
     """The host handler's ``result`` made ready to send: ``(result, None)``, or ``(None, why)``
     when it is unusable (not a dict; a sampling result of the wrong shape for its request).
     Every answer of both eras, plain or run as a task, passes here. An elicitation answer
-    needs an action; a URL-mode one is action only (any ``content`` is dropped: the data goes
-    out of band); an accepted form gets the schema's defaults for the fields the handler left
-    out (SEP-1034), then must fit the schema."""
+    needs an action; a URL-mode one, or a declined or cancelled form, is action only (any
+    ``content`` is dropped: it belongs to an accepted form only, and data the user declined
+    to give is never sent); an accepted form gets the schema's defaults for the fields the
+    handler left out (SEP-1034), then must fit the schema."""
     if not isinstance(result, dict):
         return None, f"the {peer_text(method)} handler returned {type(result).__name__}, not a dict"
     if method == SAMPLING:
@@ -169,7 +170,7 @@ def finish_answer(method: str, params: dict[str, Any], result: Any) -> tuple[dic
             None,
             f"the elicitation handler answered action {peer_text(action, quote=True)}, not accept, decline or cancel",
         )
-    if params.get("mode") == "url":
+    if params.get("mode") == "url" or action != "accept":  # content only for an accepted form
         return {name: value for name, value in result.items() if name != "content"}, None
     if action == "accept":
         schema = params.get("requestedSchema")

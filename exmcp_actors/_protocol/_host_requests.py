@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _events as ev
 from . import _jsonrpc as rpc
@@ -30,6 +30,7 @@ from ._host_checks import (
     PROGRESS,
     ROOTS,
     ROOTS_CHANGED,
+    SAMPLING,
     HostAbilities,
     check_cancelled,
     check_log,
@@ -41,6 +42,10 @@ from ._host_checks import (
 from ._host_tasks import TASK_METHODS, ClientTasks
 from ._peer_text import peer_text
 from ._ratelog import RateLimitedLog
+from ._sampling_result import fit_version
+
+if TYPE_CHECKING:
+    from ._handshake import Negotiated
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -130,8 +135,9 @@ class HostRequests:
             self.effects.do(ev.RunHostHandler(msg.method, msg.id, params, generation))
         return True
 
-    def answered(self, message: ev.HostAnswered, current_generation: int) -> None:
-        """A host handler finished: answer, unless the request was cancelled or its connection is gone."""
+    def answered(self, message: ev.HostAnswered, current_generation: int, negotiated: Negotiated | None = None) -> None:
+        """A host handler finished: answer, unless the request was cancelled or its connection is
+        gone; the ``negotiated`` revision shapes a sampling result."""
         self.answers_seen += 1
         waiting = self.in_handler.pop(message.request_id, None)
         if waiting is None or message.generation != current_generation:
@@ -142,6 +148,8 @@ class HostRequests:
         why: str | None = f"the host's {method} handler failed: {message.error}"
         if message.error is None:
             result, why = finish_answer(method, params, message.result)
+            if result is not None and method == SAMPLING:
+                result, why = fit_version(result, negotiated.protocol_version if negotiated else None)
             if why is not None:
                 self._log.error(method, "%s: %s; answering -32603, not the result", self.name, why)
                 why = f"internal error: {why}"

@@ -15,6 +15,7 @@ from typing import Any, Final
 from ._peer_text import peer_text
 
 TOOL_CHOICE_MODES: Final = ("auto", "required", "none")
+ROLES: Final = ("user", "assistant")
 
 
 def blocks_of(content: Any) -> list[Any]:
@@ -74,9 +75,12 @@ def _check_choice(choice: Any) -> str | None:
 
 
 def _check_turns(messages: list[dict[str, Any]]) -> str | None:
-    """Every tool use answered by the next message, which holds tool results and nothing else."""
+    """Each message a user's or the assistant's; every tool use (the assistant's) answered by
+    the next message, which holds tool results and nothing else."""
     pending: set[str] = set()  # the tool_use ids of the message before, still unanswered
     for index, message in enumerate(messages):
+        if message.get("role") not in ROLES:
+            return f"sampling/createMessage messages[{index}] needs role 'user' or 'assistant'"
         blocks = blocks_of(message.get("content"))
         if not all(isinstance(block, dict) for block in blocks):
             return f"sampling/createMessage messages[{index}] content must be a content block or a list of them"
@@ -88,6 +92,8 @@ def _check_turns(messages: list[dict[str, Any]]) -> str | None:
         elif pending:
             return f"sampling/createMessage messages[{index}] must carry the tool results of the tool uses before it"
         uses = [block for block in blocks if block.get("type") == "tool_use"]
+        if uses and message["role"] != "assistant":
+            return f"sampling/createMessage messages[{index}]: tool uses come only in an assistant message"
         if any(not isinstance(block.get("id"), str) for block in uses):
             return f"sampling/createMessage messages[{index}] has a tool_use without an 'id' string"
         pending = {block["id"] for block in uses}

@@ -12,10 +12,28 @@ from typing import Any, Final
 
 from ._peer_text import peer_text
 from ._sampling_request import blocks_of, offered_tools
+from ._versions import LEGACY_VERSIONS
 
 #: The content block types a sampled message may carry.
 RESULT_BLOCK_TYPES: Final = ("text", "image", "audio", "tool_use")
 TOOL_USE_STOP: Final = "toolUse"
+#: The revisions whose sampled message holds one content block, never a list (lists, and
+#: tool use with them, came in 2025-11-25).
+ONE_BLOCK_VERSIONS: Final = LEGACY_VERSIONS[: LEGACY_VERSIONS.index("2025-11-25")]
+
+
+def fit_version(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A checked ``result`` as the negotiated ``version`` takes it: before 2025-11-25 a list of
+    one block is sent as that block, a longer list is unusable: ``(result, None)`` or ``(None, why)``."""
+    content = result.get("content")
+    if version not in ONE_BLOCK_VERSIONS or not isinstance(content, list):
+        return result, None
+    if len(content) != 1:
+        return (
+            None,
+            f"the sampling handler's result has {len(content)} content blocks; MCP {version} takes one content block",
+        )
+    return {**result, "content": content[0]}, None
 
 
 def check_sampling_result(params: dict[str, Any], result: dict[str, Any]) -> str | None:

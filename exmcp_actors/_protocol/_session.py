@@ -321,7 +321,7 @@ class Session:
     # -- the host's side -------------------------------------------------------------------
 
     def _host_answered(self, message: ev.HostAnswered) -> None:
-        self.host.answered(message, self.generation)
+        self.host.answered(message, self.generation, self.life.negotiated)
 
     def _set_roots(self, message: ev.SetRoots) -> None:
         self.host.set_roots(message, self.ready and self.era == "legacy")
