@@ -45,6 +45,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _disguised_host(host: str) -> str | None:
+    """Why ``host`` reads as another host, or None. A browser percent-decodes a host
+    (``bank.example%2Eevil.example`` opens a subdomain of evil.example) and maps look-alike
+    punctuation to dots and slashes (U+2024, U+3002), or keeps it where it reads as a path
+    (U+2044); an international name is made of letters, marks and digits only."""
+    if "%" in host:
+        return "url has a percent-encoded host, which a browser decodes into another host"
+    odd = next((char for char in host if ord(char) > 0x7F and unicodedata.category(char)[0] not in "LMN"), None)
+    if odd is not None:
+        return f"url host contains punctuation or a symbol that can pass for a dot or slash (U+{ord(odd):04X})"
+    return None
+
+
 def check_elicit_url(url: Any) -> str | None:
     """Why ``url`` must not reach the host (a sentence), or None when it may."""
     if not isinstance(url, str) or not url:
@@ -66,6 +79,9 @@ def check_elicit_url(url: Any) -> str | None:
         return "url carries userinfo (user@host), which can disguise the host"
     if not host:
         return "url has no host"
+    why = _disguised_host(host)
+    if why is not None:
+        return why
     scheme = parts.scheme.lower()
     if scheme == "http" and not is_loopback(host):
         return f"url must use https (http only for localhost), got http to {peer_text(host, quote=True)}"
