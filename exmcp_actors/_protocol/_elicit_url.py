@@ -3,7 +3,8 @@
 A URL the host shows and a person may open is a phishing surface: text that looks like one
 host and is another. The check is strict, before any handler sees the URL: ``https``
 (``http`` only for this machine), a host, no userinfo (``https://bank.example@evil``), no
-backslash (browsers read it as ``/``), and no character a person cannot see or that reorders
+backslash (browsers read it as ``/``), a host neither percent-encoded nor holding punctuation
+that passes for a dot or slash, and no character a person cannot see or that reorders
 what they see (controls, bidi marks, zero-width and tag characters, variation selectors).
 """
 
