@@ -143,7 +143,9 @@ class HostRequests:
         if message.error is None:
             result, why = finish_answer(method, params, message.result)
             if why is not None:
-                self._log.error(method, "%s: %s; answering -32603, not the result", self.name, why)
+                # One kind for every custom method: the server names those, as many as it likes.
+                kind = method if method in KNOWN_METHODS else "on_request"
+                self._log.error(kind, "%s: %s; answering -32603, not the result", self.name, why)
                 why = f"internal error: {why}"
         if isinstance(key, tuple) and key[0] == TASK_KEY:
             self.tasks.finished(key[1], result, why)
