@@ -452,3 +452,11 @@ def test_seen_elicitation_ids_are_bounded_and_complete_once() -> None:
         seen.note(elicitation_id)
     seen.note(["unhashable"])  # a server's odd id is never kept
     assert [seen.take(i) for i in ("a", "c", "b", "b", ["unhashable"])] == [False, True, True, False, False]
+
+
+@pytest.mark.parametrize(
+    "url", ["https://" + "a" * 6000 + "\uff0fx.example/", "https://auth.example.com:" + "x" * 6000 + "/"]
+)
+def test_the_reason_for_a_malformed_url_quotes_a_bounded_part_of_it(url: str) -> None:
+    why = check_elicit_url(url)
+    assert why is not None and "malformed" in why and len(why) < 400

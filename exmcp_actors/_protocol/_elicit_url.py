@@ -75,7 +75,7 @@ def check_elicit_url(url: Any) -> str | None:
         host = parts.hostname
         parts.port  # noqa: B018 - raises ValueError for a port that is no number
     except ValueError as error:
-        return f"url is malformed ({error})"
+        return f"url is malformed ({peer_text(str(error))})"  # its text quotes the url
     if "@" in parts.netloc:
         return "url carries userinfo (user@host), which can disguise the host"
     if not host:
