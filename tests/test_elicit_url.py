@@ -142,6 +142,11 @@ HOSTILE_URLS = [
     "https://auth.example.com/a b",  # space
     "https://[::1/",  # malformed
     "https://auth.example.com:99999/",  # port out of range
+    "https://bank.example.com%2Eevil.example/",  # a browser decodes the host: bank.example.com.evil.example
+    "https://bank.example.com%40evil.example/",
+    "https://bank.example.com\u2044evil.example/",  # fraction slash: reads as a path, is the host
+    "https://bank.example.com\u2024evil.example/",  # one dot leader
+    "https://bank.example\u3002com/",  # ideographic full stop
     "",
 ]
 
@@ -158,7 +163,10 @@ def test_a_hostile_url_never_reaches_the_handler(
     assert all(ord(char) >= 0x20 and not 0x7F <= ord(char) <= 0x9F for char in error["message"])
 
 
-@pytest.mark.parametrize("url", ["http://localhost:8080/cb", "http://127.0.0.1/x", "http://[::1]:9/x", URL])
+@pytest.mark.parametrize(
+    "url",
+    ["http://localhost:8080/cb", "http://127.0.0.1/x", "http://[::1]:9/x", URL, "https://m\u00fcller.example/a%20b"],
+)
 def test_https_and_loopback_http_urls_pass(url: str) -> None:
     assert check_elicit_url(url) is None
 
@@ -444,3 +452,11 @@ def test_seen_elicitation_ids_are_bounded_and_complete_once() -> None:
         seen.note(elicitation_id)
     seen.note(["unhashable"])  # a server's odd id is never kept
     assert [seen.take(i) for i in ("a", "c", "b", "b", ["unhashable"])] == [False, True, True, False, False]
+
+
+@pytest.mark.parametrize(
+    "url", ["https://" + "a" * 6000 + "\uff0fx.example/", "https://auth.example.com:" + "x" * 6000 + "/"]
+)
+def test_the_reason_for_a_malformed_url_quotes_a_bounded_part_of_it(url: str) -> None:
+    why = check_elicit_url(url)
+    assert why is not None and "malformed" in why and len(why) < 400

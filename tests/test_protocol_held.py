@@ -201,3 +201,23 @@ def test_raw_notifications_are_held_across_the_reconnect_and_follow_the_report_i
         event(listener, TOOLS_CHANGED, {"n": 2}),
         m.RawNotification(m.RAW_NOTIFICATION, listener, progress, {"progressToken": "t", "progress": 3}),
     ]
+
+
+def test_a_completion_of_an_unknown_elicitation_held_across_the_reconnect_is_still_ignored() -> None:
+    # The session consumed it (no such id): only a listener naming the method raw may get it.
+    complete = "notifications/elicitation/complete"
+    driver, [plain, raw] = paused({"elicitationComplete": True}, {"methods": [complete]})
+    driver.frames(notice(complete, {"elicitationId": "never-handed-out"}), tools_changed(1))
+    report(driver)
+    assert after_reconnected(driver, plain) == []
+    assert after_reconnected(driver, raw) == [
+        m.RawNotification(m.RAW_NOTIFICATION, raw, complete, {"elicitationId": "never-handed-out"})
+    ]
+
+
+def test_consumed_notifications_held_at_the_bound_overflow_no_listener_that_would_not_get_them() -> None:
+    complete = "notifications/elicitation/complete"
+    driver, [listener] = paused({"elicitationComplete": True})
+    driver.frames(*[notice(complete, {"elicitationId": f"unknown-{n}"}) for n in range(BOUND + 10)])
+    report(driver)
+    assert after_reconnected(driver, listener) == []

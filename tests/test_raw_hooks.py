@@ -220,3 +220,22 @@ def test_a_custom_request_with_params_that_are_no_object_is_refused(legacy_serve
 def test_on_request_must_be_callable() -> None:
     with pytest.raises(TypeError, match="on_request must be a callable"):
         mcp.connect(["/nonexistent/server"], on_request="nope")
+
+
+def test_junk_answers_to_many_distinct_custom_methods_log_once(
+    legacy_server: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The server picks the method names: they must not each get their own rate-limit slot.
+    client = mcp.connect(
+        legacy_server.transport(), protocol="legacy", request_timeout=5.0, on_request=lambda m, p: "junk"
+    )
+    try:
+        with caplog.at_level(logging.ERROR, logger="exmcp_actors"):
+            for index in range(50):
+                request_id = legacy_server.request(f"com.example/m{index}\x1b[2J", {})
+                assert legacy_server.wait_response(request_id)["error"]["code"] == -32603
+        records = [r.getMessage() for r in caplog.records if "not a dict" in r.getMessage()]
+        assert len(records) == 1
+        assert "\x1b" not in records[0]
+    finally:
+        client.disconnect()

@@ -3,7 +3,8 @@
 A URL the host shows and a person may open is a phishing surface: text that looks like one
 host and is another. The check is strict, before any handler sees the URL: ``https``
 (``http`` only for this machine), a host, no userinfo (``https://bank.example@evil``), no
-backslash (browsers read it as ``/``), and no character a person cannot see or that reorders
+backslash (browsers read it as ``/``), a host neither percent-encoded nor holding punctuation
+that passes for a dot or slash, and no character a person cannot see or that reorders
 what they see (controls, bidi marks, zero-width and tag characters, variation selectors).
 """
 
@@ -45,6 +46,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _disguised_host(host: str) -> str | None:
+    """Why ``host`` reads as another host, or None. A browser percent-decodes a host
+    (``bank.example%2Eevil.example`` opens a subdomain of evil.example) and maps look-alike
+    punctuation to dots and slashes (U+2024, U+3002), or keeps it where it reads as a path
+    (U+2044); an international name is made of letters, marks and digits only."""
+    if "%" in host:
+        return "url has a percent-encoded host, which a browser decodes into another host"
+    odd = next((char for char in host if ord(char) > 0x7F and unicodedata.category(char)[0] not in "LMN"), None)
+    if odd is not None:
+        return f"url host contains punctuation or a symbol that can pass for a dot or slash (U+{ord(odd):04X})"
+    return None
+
+
 def check_elicit_url(url: Any) -> str | None:
     """Why ``url`` must not reach the host (a sentence), or None when it may."""
     if not isinstance(url, str) or not url:
@@ -61,11 +75,14 @@ def check_elicit_url(url: Any) -> str | None:
         host = parts.hostname
         parts.port  # noqa: B018 - raises ValueError for a port that is no number
     except ValueError as error:
-        return f"url is malformed ({error})"
+        return f"url is malformed ({peer_text(str(error))})"  # its text quotes the url
     if "@" in parts.netloc:
         return "url carries userinfo (user@host), which can disguise the host"
     if not host:
         return "url has no host"
+    why = _disguised_host(host)
+    if why is not None:
+        return why
     scheme = parts.scheme.lower()
     if scheme == "http" and not is_loopback(host):
         return f"url must use https (http only for localhost), got http to {peer_text(host, quote=True)}"

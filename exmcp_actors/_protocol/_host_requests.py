@@ -151,7 +151,9 @@ class HostRequests:
             if result is not None and method == SAMPLING:
                 result, why = fit_version(result, negotiated.protocol_version if negotiated else None)
             if why is not None:
-                self._log.error(method, "%s: %s; answering -32603, not the result", self.name, why)
+                # One kind for every custom method: the server names those, as many as it likes.
+                kind = method if method in KNOWN_METHODS else "on_request"
+                self._log.error(kind, "%s: %s; answering -32603, not the result", self.name, why)
                 why = f"internal error: {why}"
         if isinstance(key, tuple) and key[0] == TASK_KEY:
             self.tasks.finished(key[1], result, why)

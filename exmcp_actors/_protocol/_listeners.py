@@ -33,7 +33,7 @@ from typing import Any, Final
 from . import _messages as m
 from ._errors import NotConnected, SubscriberNotAlive
 from ._events import ResubscribeReport
-from ._filters import FILTERABLE_METHODS, LOG_MESSAGE, NotificationFilter, signal_key
+from ._filters import FILTERABLE_METHODS, NotificationFilter, signal_key
 from ._index import dispatch
 from ._ratelog import RateLimitedLog
 from ._registry import Entry, Registry
@@ -64,7 +64,8 @@ class Listeners:
         self._name = name
         self.bound = bound
         self.pause = Pause.NONE
-        self._held: list[tuple[str, dict[str, Any]]] = []
+        #: (method, params, raw_only): ``raw_only`` for one the session consumed (see :meth:`consumed`).
+        self._held: list[tuple[str, dict[str, Any], bool]] = []
         #: At the bound: where the last held signal of each key is.
         self._signal_at: dict[Hashable, int] = {}
         #: Listeners that missed a notification past the bound -> how many held ones reach them first.
@@ -117,27 +118,28 @@ class Listeners:
             if entry.era == "legacy" and entry.state is EntryState.ACTIVE:
                 self._at_loss[handle_id] = None
 
-    def hold(self, method: str, params: dict[str, Any]) -> None:
+    def hold(self, method: str, params: dict[str, Any], *, raw_only: bool = False) -> None:
         index = self._registry.index
-        if method not in FILTERABLE_METHODS and not index.reached_raw(method, params):
+        if (raw_only or method not in FILTERABLE_METHODS) and not index.reached_raw(method, params):
             return
         held = self._held
         if self.pause is Pause.HELD:
-            held.append((method, params))
+            held.append((method, params, raw_only))
             if len(held) >= self.bound:
                 self._reach_the_bound()
             return
-        key = signal_key(method, params)
+        key = None if raw_only else signal_key(method, params)
         if key is not None:
             at = self._signal_at.get(key)
             if at is not None:
-                held[at] = (method, params)  # coalesced: the held one says the latest
+                held[at] = (method, params, False)  # coalesced: the held one says the latest
                 return
             if len(held) < 2 * self.bound:
                 self._signal_at[key] = len(held)
-                held.append((method, params))
+                held.append((method, params, False))
                 return
-        for entry in (*index.reached(method, params), *index.reached_raw(method, params)):
+        reached = () if raw_only else index.reached(method, params)
+        for entry in (*reached, *index.reached_raw(method, params)):
             self._missed.setdefault(entry.handle.id, len(held))
 
     def consumed(self, method: str, params: dict[str, Any]) -> None:
@@ -145,13 +147,13 @@ class Listeners:
         still reaches the listeners whose ``methods`` name it, in order with the rest."""
         if self.pause is Pause.NONE:
             dispatch(self._registry.index, method, params, self._registry.out, raw_only=True)
-        elif method != LOG_MESSAGE:  # a consumed log message is malformed: no logMessages listener takes it
-            self.hold(method, params)
+        else:  # held for the raw hooks alone: an unknown elicitation's completion stays ignored
+            self.hold(method, params, raw_only=True)
 
     def _reach_the_bound(self) -> None:
         self.pause = checked_move(PAUSE_MOVES, self.pause, Pause.FULL)
-        for at, (method, params) in enumerate(self._held):
-            key = signal_key(method, params)
+        for at, (method, params, raw_only) in enumerate(self._held):
+            key = None if raw_only else signal_key(method, params)
             if key is not None:
                 self._signal_at[key] = at
         self._log.warning(
@@ -187,11 +189,11 @@ class Listeners:
         # Each listener that missed one gets what was held before it missed, then its end.
         cuts = sorted(missed.items(), key=lambda item: item[1])
         next_cut = 0
-        for at, (method, params) in enumerate(held):
+        for at, (method, params, raw_only) in enumerate(held):
             while next_cut < len(cuts) and cuts[next_cut][1] == at:
                 self._overflow(cuts[next_cut][0])
                 next_cut += 1
-            dispatch(index, method, params, out)
+            dispatch(index, method, params, out, raw_only=raw_only)
         for handle_id, _ in cuts[next_cut:]:
             self._overflow(handle_id)
 
