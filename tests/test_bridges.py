@@ -189,10 +189,17 @@ def display() -> Iterator[str]:
         server.wait(WAIT)
 
 
+#: Every root the tests made, kept to the end: Tk objects live in reference cycles, and Tcl
+#: aborts the process when the garbage collector frees one on another thread (a later test's
+#: library thread, say); at exit they are freed on the main thread.
+_TK_ROOTS: list[Any] = []
+
+
 @pytest.fixture
 def tk_root(display: str) -> Iterator[Any]:
     tkinter = pytest.importorskip("tkinter", reason="this Python has no tkinter")
     root = tkinter.Tk(screenName=display)
+    _TK_ROOTS.append(root)
     root.withdraw()
     yield root
     try:

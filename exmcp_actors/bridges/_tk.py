@@ -33,7 +33,10 @@ class TkSubscriber:
         threaded = root.tk.eval("expr {[info exists tcl_platform(threaded)] && $tcl_platform(threaded)}")
         if threaded != "1":
             raise ValueError("root's Tcl is not built with threads: its after() cannot be called from another thread")
-        self._root = root
+        #: Dropped once the root is destroyed or this is closed: Tk objects live in reference
+        #: cycles, and Tcl aborts the process when one is freed on a thread other than its own,
+        #: so a library thread must never hold the last reference.
+        self._root: Any = root
         self._callback = callback
         self._gone = False
         self._dropped = 0
@@ -52,15 +55,17 @@ class TkSubscriber:
         # Children's <Destroy> reach the toplevel's binding too; only root's own ends this.
         if event.widget is self._root:
             self._gone = True
+            self._root = None
 
     def put(self, message: Any) -> None:
         """Schedule ``callback(message)`` on the Tk thread (any thread; never raises)."""
-        if self._gone:
+        root = self._root
+        if self._gone or root is None:
             self._dropped += 1
             ratelog.warning("tk-gone", "TkSubscriber: its Tk root is destroyed or closed; a message was dropped")
             return
         try:
-            self._root.after(0, self._run, message)
+            root.after(0, self._run, message)
         except Exception as exc:  # TclError, RuntimeError("main thread is not in main loop")
             self._dropped += 1
             ratelog.warning("tk-after", "TkSubscriber: Tk refused after() (%s); a message was dropped", exc)
@@ -77,3 +82,4 @@ class TkSubscriber:
     def close(self) -> None:
         """Deliver nothing more, not even what was already scheduled (any thread)."""
         self._gone = True
+        self._root = None
