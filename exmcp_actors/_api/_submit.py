@@ -32,6 +32,7 @@ from .._protocol._result_schema import check_tool_result
 from .._runtime._host_pool import HostRuntime, TaskFeed
 from .._runtime._monitor import SessionMonitor
 from .._util._checks import check_timeout
+from .._util._reply import HookedReply
 from .._util._tracing import with_trace
 from ._call import Budget, Call
 from ._lists import ListCalls
@@ -75,35 +76,6 @@ class Drive:
     token: str | None = None
     #: The tool whose ``outputSchema`` the result is checked against (``validate``), if any.
     checked_tool: str | None = None
-
-
-class RoundReply:
-    """The answer slot of one wire round: the session settles it (on the reader's or the
-    actor's thread), which settles the call there when nothing of the outcome may block
-    (``SubmitCalls._settles_at_once``), else hands it to the call pool at once."""
-
-    __slots__ = ("_lock", "_on_answer", "_set")
-
-    def __init__(self, on_answer: Callable[[Any, BaseException | None], None]) -> None:
-        self._lock = threading.Lock()
-        self._set = False
-        self._on_answer = on_answer
-
-    def done(self) -> bool:
-        return self._set
-
-    def set_result(self, value: Any) -> None:
-        self._settle(value, None)
-
-    def set_exception(self, error: BaseException) -> None:
-        self._settle(None, error)
-
-    def _settle(self, value: Any, error: BaseException | None) -> None:
-        with self._lock:
-            if self._set:
-                return
-            self._set = True
-        self._on_answer(value, error)
 
 
 class SubmitCalls(ListCalls):
@@ -181,7 +153,9 @@ class SubmitCalls(ListCalls):
         if not call._round_sent(request_id):
             return  # settled (cancelled, expired) before this round went out
         try:
-            reply = RoundReply(on_answer)
+            # Settled on the reader's or the actor's thread: at once when nothing of the outcome may
+            # block (_settles_at_once), else handed to the call pool.
+            reply = HookedReply(on_answer)
             self._run(SendRequest(request_id, drive.method, drive.params, reply), call._remaining())
         except BaseException as failed:
             # A Ctrl-C (or a session that would not take the command) must leave no pending entry behind.
@@ -196,7 +170,8 @@ class SubmitCalls(ListCalls):
             call._cancel_quietly(request_id, "cancelled")
 
     def _answered(self, call: Call, drive: Drive, value: Any, error: BaseException | None) -> None:
-        """One round's answer, on the call pool: the call's one outcome function."""
+        """One round's answer, on the call pool (or where it arrived, see _settles_at_once): the
+        call's one outcome function."""
         if not call._open:
             return
         try:
