@@ -229,21 +229,21 @@ class SubmitCalls(ListCalls):
         )
 
     def _needs_lookup(self, name: str, result: Any) -> bool:
-        """A result to check of a tool no listing named yet: the tools are listed first."""
+        """A result to check of a tool no listing named yet (not a task, which is checked in
+        ``Task.result()``): the tools are listed first."""
+        return self._unlisted_structured(name, result) and created_task(result) is None
+
+    def _unlisted_structured(self, name: str, result: Any) -> bool:
         tools = self._shared.tools
         return (
-            tools is not None
-            and not tools.listed(name)
-            and isinstance(result, dict)
-            and "structuredContent" in result
-            and created_task(result) is None
+            tools is not None and not tools.listed(name) and isinstance(result, dict) and "structuredContent" in result
         )
 
     def _look_up_and_settle(self, call: Call, drive: Drive, name: str, result: Any) -> None:
         """The call succeeded: a listing that takes the rest of its budget leaves the result
         unchecked rather than expiring it, so the expiry is this step's until it settles."""
         call._own_expiry(True)
-        self._settle(call, drive, self._checked_result(name, result, call._remaining()))
+        self._settle(call, drive, self._checked_result(name, self._outcome(drive, result), call._remaining()))
 
     def _checked_result(self, name: str, result: Any, timeout: float | None) -> Any:
         """``result`` of tool ``name``, checked (see :func:`check_tool_result`); a tool no listing
@@ -251,7 +251,7 @@ class SubmitCalls(ListCalls):
         tools = self._shared.tools
         if tools is None:
             return result
-        if not tools.listed(name) and isinstance(result, dict) and "structuredContent" in result:
+        if self._unlisted_structured(name, result):
             wait = self._request_timeout if timeout is None else timeout
             tools.look_up(name, wait, lambda: self._list_for_check(name, wait))
         check_tool_result(name, result, tools.output_schema(name))
