@@ -112,6 +112,18 @@ def test_resolution_tries_every_split_before_the_bare_name() -> None:
         resolve_tool(long_name, servers, names_of)
 
 
+def test_the_hub_passes_the_call_options_on_to_the_client() -> None:
+    with FakeServer() as server:
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        server.set_items("tools", [{"name": "t", "inputSchema": {"type": "object"}, "outputSchema": schema}])
+        server.on("tools/call", lambda params, ctx: {"content": [], "structuredContent": {"n": "not a number"}})
+        config = {"mcpServers": {"only": {"url": server.serve_websocket()}}}
+        with mcp.Hub.from_config(config, backoff=FAST_BACKOFF) as hub:
+            with pytest.raises(mcp.InvalidToolResult):
+                hub.call_tool("only/t")
+            assert hub.call_tool("only/t", validate=False)["structuredContent"] == {"n": "not a number"}
+
+
 def test_a_server_whose_tools_cannot_be_listed_is_left_out_and_said() -> None:
     with FakeServer() as good, FakeServer() as bad:
         good.set_items("tools", [{"name": "t", "inputSchema": {"type": "object"}}])

@@ -270,9 +270,12 @@ class Hub:
         progress: Callable[[dict[str, Any]], Any] | None = None,
         task: bool | dict[str, Any] = False,
         meta: Meta = None,
+        validate: bool = True,
         timeout: float | None = None,
+        reset_timeout_on_progress: bool = False,
+        max_total_timeout: float | None = None,
     ) -> Any:
-        """:meth:`Client.call_tool` on the server ``name`` means: ``"server/tool"`` or ``"tool"``.
+        """:meth:`Client.call_tool` (the same options) on the server ``name`` means: ``"server/tool"`` or ``"tool"``.
 
         Every split of ``name`` at a ``/`` whose prefix is a server of the hub and whose rest
         is a tool that server lists is a match; with none, ``name`` as a whole is looked up
@@ -291,7 +294,17 @@ class Hub:
             raise ValueError("name must not be empty: give 'server/tool' or 'tool'")
         server, tool = resolve_tool(name, list(self.clients), ListedTools(self.clients, timeout))
         client = self.clients[server]
-        return client.call_tool(tool, arguments, progress=progress, task=task, meta=meta, timeout=timeout)
+        return client.call_tool(
+            tool,
+            arguments,
+            progress=progress,
+            task=task,
+            meta=meta,
+            validate=validate,
+            timeout=timeout,
+            reset_timeout_on_progress=reset_timeout_on_progress,
+            max_total_timeout=max_total_timeout,
+        )
 
     def _keep(self, group: _G) -> _G:
         with self._lock:
