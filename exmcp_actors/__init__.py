@@ -24,6 +24,7 @@ from ._api._hub import Hub, HubCatalog, HubWatch
 from ._api._hub_collisions import HubCollision
 from ._api._hub_routing import AmbiguousTool, UnknownTool
 from ._api._listener import Listener
+from ._api._resource_watch import ResourceChanged, ResourceReadFailed, ResourceWatch
 from ._api._subscription import Subscription, Watch
 from ._api._task import Task
 from ._auth import FileTokenStorage, MemoryTokenStorage, OAuth, TokenStorage
@@ -106,6 +107,9 @@ __all__ = [
     "Reconnected",
     "RequestError",
     "RequestTimeout",
+    "ResourceChanged",
+    "ResourceReadFailed",
+    "ResourceWatch",
     "StdioTransport",
     "SubscribeFailed",
     "SubscriberNotAlive",

@@ -42,6 +42,7 @@ from ._calls import ServerCalls
 from ._catalog import CatalogCalls
 from ._handle import FilteredHandle, Handle
 from ._listener import Listener
+from ._resource_watch import ResourceWatchCalls
 from ._subscription import Subscription, Watch
 from ._wire_turn import WireTurn
 
@@ -53,7 +54,7 @@ def remaining(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
 
-class Client(ServerCalls, CatalogCalls):
+class Client(ServerCalls, CatalogCalls, ResourceWatchCalls):
     """A connection to one MCP server. Thread-safe: call it from any thread.
 
     Create it with :func:`connect`. Every blocking call takes ``timeout=`` in seconds.

@@ -1,0 +1,242 @@
+"""Resource watches that carry content: the host's :class:`ResourceWatch` and its messages.
+
+A watch gets the contents of one resource, then the contents again after each change.
+The reading is shared (see ``_resource_feed``); what is per handle is the delivery: its
+own inbox (or a courier thread for a ``put()`` subscriber) that keeps only the newest
+contents waiting, so a slow or raising subscriber holds up no other and costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Final, Literal, NamedTuple
+
+import pykka
+
+from .._delivery._bound import DEFAULT_MAX_PENDING, check_max_pending
+from .._delivery._inbox import LatestInbox
+from .._delivery._targets import CUT, PutTarget, Subscriber, cut, deliver, resolve_subscriber
+from .._protocol._errors import Error
+from .._protocol._messages import CLOSED, FINAL_TAGS, Closed
+from .._util._checks import check_timeout
+from ._handle import Handle
+from ._resource_feed import ResourceFeed
+
+RESOURCE_CHANGED: Final = "ex_mcp_resource_changed"
+RESOURCE_READ_FAILED: Final = "ex_mcp_resource_read_failed"
+#: Longest URI a watch takes (a host's argument: a longer one is a mistake, not a resource).
+MAX_URI_CHARS: Final = 8192
+
+
+class ResourceChanged(NamedTuple):
+    """A watched resource's contents: ``("ex_mcp_resource_changed", handle, uri, contents)``."""
+
+    tag: Literal["ex_mcp_resource_changed"]
+    #: The :class:`ResourceWatch`.
+    handle: Any
+    uri: str
+    #: The ``contents`` list of the ``resources/read`` result (shared by every handle: do not mutate).
+    contents: list[dict[str, Any]]
+
+
+class ResourceReadFailed(NamedTuple):
+    """A read of a watched resource failed: ``("ex_mcp_resource_read_failed", handle, uri, error)``."""
+
+    tag: Literal["ex_mcp_resource_read_failed"]
+    handle: Any
+    uri: str
+    #: The :class:`~exmcp_actors.Error` (a ``RequestError`` from the server, a ``RequestTimeout``,
+    #: or reason ``("contents_too_large", size, cap)``).
+    error: Error
+
+
+def _state_key(message: Any) -> Any:
+    # Contents and failures both say "the resource now": only the newest one waits.
+    return "state" if message[0] in (RESOURCE_CHANGED, RESOURCE_READ_FAILED) else None
+
+
+class _Courier:
+    """Delivers one handle's messages to its ``put()`` subscriber on a thread of its own."""
+
+    def __init__(self, handle: ResourceWatch, target: PutTarget) -> None:
+        self._handle = handle
+        self._target = target
+        self._box = LatestInbox(_state_key)
+        self._thread = threading.Thread(target=self._run, name=f"exmcp-rwatch-{handle.id}", daemon=True)
+        self._thread.start()
+
+    def offer(self, message: Any) -> None:
+        self._box.put(message)
+        if message[0] in FINAL_TAGS:
+            self._box.finish()
+
+    def stop(self) -> None:
+        self._box.finish()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                message = self._box.get()
+            except queue.Empty:
+                return
+            if not deliver(self._target, [message]):
+                self._handle.close()  # its put() raised (logged once): it gets nothing more
+                return
+            if message[0] in FINAL_TAGS:
+                return
+
+
+class ResourceWatch(Handle):
+    """The contents of one resource, kept current. Made by :meth:`Client.watch_resource`.
+
+    Attributes:
+        uri: the watched URI.
+        contents: the contents last delivered to this handle (None before the first).
+
+    Messages: :class:`ResourceChanged` (the current contents first, then after each change
+    that changed them), :class:`ResourceReadFailed`, and :class:`~exmcp_actors.Closed` when
+    the client disconnects or the watch underneath ends (not after :meth:`close`).
+    """
+
+    def __init__(self, client: Any, uri: str, resolved: Subscriber) -> None:
+        inbox = LatestInbox(_state_key) if resolved.target is None else None
+        super().__init__(f"rwatch-{client._ids.next_id()}", client, resolved.owner, inbox)
+        self.uri = uri
+        self.contents: list[dict[str, Any]] | None = None
+        self._alive = resolved.alive
+        self._actor = resolved.target if isinstance(resolved.target, pykka.ActorRef) else None
+        self._courier = _Courier(self, resolved.target) if isinstance(resolved.target, PutTarget) else None
+        self._digest: bytes | None = None
+        self._gone = False
+        self._feed: ResourceFeed | None = None
+
+    @property
+    def reads(self) -> int:
+        """``resources/read`` calls made for this URI so far, shared by every watch of it."""
+        return self._feed.reads if self._feed is not None else 0
+
+    def close(self) -> None:
+        """Stop watching; the inbox ends once drained (no closing message). Idempotent."""
+        if self._gone:
+            return
+        self._gone = True
+        cut(self, CUT)  # whatever a courier still holds is not delivered after this
+        if self._feed is not None:
+            self._feed.leave(self)
+        self._stop_delivery()
+
+    def _end(self) -> None:
+        self.close()
+
+    def _stop_delivery(self) -> None:
+        if self._courier is not None:
+            self._courier.stop()
+        self._finish()
+
+    # -- what the feed offers it (under the feed's lock: nothing here blocks) -----------------
+
+    def _offer_contents(self, contents: list[dict[str, Any]], sealed: bytes) -> None:
+        if self._gone or sealed == self._digest:
+            return  # unchanged for this handle: not delivered again
+        self._digest = sealed
+        self.contents = contents
+        self._send(ResourceChanged(RESOURCE_CHANGED, self, self.uri, contents))
+
+    def _offer_failure(self, error: Error) -> None:
+        if self._gone:
+            return
+        self._digest = None  # the next good read is news, whatever it holds
+        self._send(ResourceReadFailed(RESOURCE_READ_FAILED, self, self.uri, error))
+
+    def _offer_closed(self, reason: Any) -> None:
+        if self._gone:
+            return
+        self._gone = True
+        self._send(Closed(CLOSED, self, reason))
+        self._stop_delivery()
+
+    def _send(self, message: Any) -> None:
+        if not self._alive():
+            self._drop_later()
+            return
+        if self._courier is not None:
+            self._courier.offer(message)
+        elif self._actor is not None:
+            try:
+                self._actor.tell(message)
+            except pykka.ActorDeadError:
+                self._drop_later()
+        elif self._inbox is not None:
+            self._inbox.put(message)
+
+    def _drop_later(self) -> None:
+        # Its subscriber died: leave the feed, but not here, under the feed's lock.
+        if not self._gone:
+            threading.Thread(target=self.close, name=f"exmcp-rwatch-end-{self.id}", daemon=True).start()
+
+
+_REGISTRY_LOCK: Final = threading.Lock()
+
+
+class ResourceWatchCalls:
+    """The :class:`Client` mixin that makes resource watches."""
+
+    _resource_feeds: dict[str, ResourceFeed]
+
+    def watch_resource(
+        self,
+        uri: str,
+        subscriber: Any = None,
+        timeout: float = 5.0,
+        *,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> ResourceWatch:
+        """A :class:`ResourceWatch` of ``uri``: its contents now, then after each change.
+
+        Args:
+            uri: the resource's URI (a non-empty string).
+            subscriber: as for :meth:`watch`.
+            timeout: seconds for opening the watch underneath (``resources/subscribe`` or
+                ``subscriptions/listen``) when this URI is not watched yet.
+            max_pending: the bound of that watch underneath, as for :meth:`watch`; each
+                handle keeps only the newest contents waiting, whatever this is.
+
+        Raises:
+            TypeError, ValueError: a bad argument. NotConnected, SubscribeFailed,
+            RequestError, RequestTimeout: the watch underneath could not be opened.
+        """
+        if not isinstance(uri, str):
+            raise TypeError(f"uri must be a string, got {type(uri).__name__} {uri!r}")
+        if not uri or len(uri) > MAX_URI_CHARS:
+            raise ValueError(f"uri must be a non-empty string of at most {MAX_URI_CHARS} characters, got {uri[:80]!r}")
+        wait = check_timeout("timeout", timeout)
+        limit = check_max_pending(max_pending)
+        handle = ResourceWatch(self, uri, resolve_subscriber(subscriber))
+        while True:
+            feed = self._resource_feed(uri, wait, limit)
+            handle._feed = feed
+            try:
+                joined = feed.join(handle)
+            except BaseException:
+                feed.abandon_if_unused()
+                handle._feed = None
+                handle.close()
+                raise
+            if joined:
+                return handle
+
+    def _resource_feed(self, uri: str, timeout: float, max_pending: int) -> ResourceFeed:
+        with _REGISTRY_LOCK:
+            feeds: dict[str, ResourceFeed] = self.__dict__.setdefault("_resource_feeds", {})
+            feed = feeds.get(uri)
+            if feed is None or feed._ended:
+                feed = ResourceFeed(self, uri, timeout, max_pending, self._feed_ended)
+                feeds[uri] = feed
+            return feed
+
+    def _feed_ended(self, feed: ResourceFeed) -> None:
+        with _REGISTRY_LOCK:
+            feeds = self.__dict__.get("_resource_feeds", {})
+            if feeds.get(feed.uri) is feed:
+                del feeds[feed.uri]
