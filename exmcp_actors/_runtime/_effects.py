@@ -33,6 +33,7 @@ from .._protocol._state import Phase
 from .._transport._base import FrameSink, Transport
 from .._util._scheduler import TimerHandle, call_later
 from ._host_pool import HostRuntime
+from ._idle import IdleWatch
 from ._lane import DeliveryLane, flush
 from ._lazy_worker import LazyWorker
 from ._shared import SharedState
@@ -69,6 +70,8 @@ class Shell:
         self.lane = lane
         self.name = name
         self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
+        #: The keepalive's watch for a silent connection (armed only with a keepalive).
+        self.idle = IdleWatch(self.tell_actor)
         self.worker: LazyWorker | None = None
         self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
         #: Why the client is stopping (a Stop effect, or a host's disconnect()).
@@ -306,6 +309,9 @@ class Shell:
             timer.cancel()
             del self.timers[timer]
 
+    def _watch_idle(self, session: Session, effect: ev.WatchIdle) -> None:
+        self.idle.watch(effect.generation, None if self.stopping.is_set() else effect.seconds)
+
     def _to_worker(self, session: Session, effect: ev.ToWorker) -> None:
         if self.worker is not None:
             try:
@@ -382,4 +388,5 @@ PERFORMERS: dict[type, Callable[[Shell, Session, Any], None]] = {
     ev.TaskStatusNoted: Shell._task_status,
     ev.ElicitationCompleted: Shell._elicitation_completed,
     ev.Stop: Shell._stop_client,
+    ev.WatchIdle: Shell._watch_idle,
 }

@@ -170,6 +170,10 @@ class DeliveryLane:
 
     def add(self, key: Hashable, flt: NotificationFilter, entry: Any) -> None:
         with self._lock:
+            if flt.status:
+                # Its "ready" status, queued with this change, goes before anything a reader
+                # delivers to it: the lane opens again once the change's messages are flushed.
+                self._open_for = None
             self.index.add(key, flt, entry)
 
     def remove(self, key: Hashable) -> None:
