@@ -326,3 +326,16 @@ def test_nothing_follows_the_ready_status_without_a_marker(server: FakeServer) -
         assert_next_is_marker(lambda t: watch.get(timeout=t), lambda m: getattr(m, "method", None) == TOOLS)
     finally:
         client.disconnect()
+
+
+def test_a_hub_passes_keepalive_to_every_server_and_status_through_its_watch() -> None:
+    with FakeServer() as fake:
+        hub = mcp.Hub.from_config({"mcpServers": {"fake": {"url": fake.serve_websocket()}}}, keepalive=0.2)
+        try:
+            watch = hub.watch({"toolsListChanged": True, "status": True}, timeout=WAIT)
+            first = watch.get(timeout=WAIT)
+            assert isinstance(first, mcp.Status) and first.state == "ready"
+            fake.wait_for("ping", timeout=WAIT)
+            wait_until(lambda: hub.clients["fake"]._inspect()["keepalive"][1] >= 1, WAIT, "the hub's probe answered")
+        finally:
+            hub.close()

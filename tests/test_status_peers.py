@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from tests.peers.launch import peer_argv
-from tests.peers.ts_peer import missing_tools, ts_argv
+from tests.peers.launch import Peer, peer_argv
+from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
 from tests.sdk_helpers import ClientPool, TapTransport, kill_pid, process_exists, server_stats
 from tests.waiting import wait_until
 
@@ -139,3 +139,68 @@ def test_a_server_frozen_with_sigstop_is_found_out_by_the_keepalive(pool: Client
     assert tap.pid != pid
     wait_until(lambda: not process_exists(pid), WAIT, "the frozen server stopped")
     assert client.list_tools()
+
+
+# -- over Streamable HTTP ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ts_http() -> Iterator[Any]:
+    if missing_tools() is not None:
+        pytest.skip(str(missing_tools()))
+    with ts_http_peer("stateful") as started:
+        yield started
+
+
+def http_client(pool: ClientPool, url: str, protocol: str, **options: Any) -> tuple[mcp.Client, TapTransport]:
+    tap = TapTransport(mcp.HttpTransport(url))
+    client = pool.connect(tap, protocol=protocol, backoff=FAST, connect_timeout=WAIT, **options)
+    assert client.era == ("legacy" if protocol == "legacy" else "modern")
+    return client, tap
+
+
+def assert_probes_answered(client: mcp.Client, tap: TapTransport, probe: str) -> None:
+    wait_until(lambda: client._inspect()["keepalive"][1] >= 2, WAIT, "two probes answered")
+    sent = {m["id"] for m in tap.sent_messages(probe)}
+    answered = {f.get("id") for f in tap.received_frames() if isinstance(f, dict) and "result" in f}
+    assert len(sent & answered) >= 2
+    assert client.status == "ready" and tap.connection == 1
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "auto"])
+def test_keepalive_probes_over_http_are_answered_by_the_sdk_server(
+    pool: ClientPool, peer_pool: Any, protocol: str
+) -> None:
+    peer = peer_pool.peer("http", "legacy" if protocol == "legacy" else "both")
+    client, tap = http_client(pool, peer.url, protocol, keepalive=0.3)
+    probe = "ping" if protocol == "legacy" else "server/discover"
+    assert_probes_answered(client, tap, probe)
+    assert server_stats(client)["status_probes"].get(probe, 0) >= 2
+
+
+@no_ts
+@pytest.mark.parametrize("protocol", ["legacy", "auto"])
+def test_keepalive_probes_over_http_are_answered_by_the_typescript_server(
+    pool: ClientPool, ts_http: Any, protocol: str
+) -> None:
+    client, tap = http_client(pool, ts_http.url, protocol, keepalive=0.3)
+    assert_probes_answered(client, tap, "ping" if protocol == "legacy" else "server/discover")
+
+
+@pytest.mark.parametrize("era", ["legacy", "both"])
+def test_an_http_server_frozen_with_sigstop_is_found_out_and_followed_back(pool: ClientPool, era: str) -> None:
+    protocol = "legacy" if era == "legacy" else "auto"
+    with Peer("http", era).start() as peer:
+        client, _ = http_client(pool, peer.url, protocol, keepalive=0.5, max_reconnect_attempts=PATIENT)
+        watch = status_watch(client)
+        pid = peer.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            first = watch.get(timeout=WAIT)
+            assert isinstance(first, mcp.Status) and first.state == "reconnecting", first
+            assert first.detail["reason"] == ("keepalive_timeout", 0.5)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert_a_reconnect([first, *read_until_ready(watch)], "keepalive_timeout")
+        assert client.list_tools()
