@@ -63,6 +63,10 @@ class Keepalive:
         self.sent = 0
         self.answered = 0
 
+    def inputs(self) -> dict[type, Callable[[Any], None]]:
+        """The session inputs it handles, and how."""
+        return {ev.IdleFor: self.idle, ev.KeepaliveTimeout: self.timed_out}
+
     def idle(self, message: ev.IdleFor) -> None:
         """The connection was silent for the keepalive's seconds: probe it (once at a time)."""
         seconds = self._config.keepalive

@@ -18,6 +18,7 @@ from . import _jsonrpc as rpc
 from ._config import SessionConfig
 from ._errors import ConnectError, ConnectionLost
 from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, SendFrame
+from ._keepalive import Keepalive
 from ._listeners import Listeners
 from ._peer_text import peer_text
 from ._pending import PendingTable
@@ -78,6 +79,8 @@ class Lifecycle:
         #: clock is not started until then (``_unarmed_probe`` is the probe waiting for it).
         self._awaiting_reader = False
         self._unarmed_probe: Any = None
+        #: Probes a silent ready connection (only with ``config.keepalive``).
+        self.keepalive = Keepalive(config, effects, ids, pending, self.ready_era, self.keepalive_lost)
 
     @property
     def ready(self) -> bool:

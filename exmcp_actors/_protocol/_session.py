@@ -40,7 +40,6 @@ from ._handshake import with_modern_meta
 from ._host_checks import CANCELLED, SESSION_NOTIFICATIONS
 from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
-from ._keepalive import Keepalive
 from ._lifecycle import Lifecycle
 from ._list_cache import EVICTED_BY
 from ._listeners import Listeners
@@ -101,14 +100,12 @@ class Session:
             self.subscriptions,
             self.restore_log_level,
         )
-        life = self.life
-        self.keepalive = Keepalive(config, self.effects, ids, self.pending, life.ready_era, life.keepalive_lost)
         self.host = HostRequests(self.effects, config.host, list(config.roots), name, config.elicitations)
         #: The kept list pages and the tool book (``auth_context``: who requests are made as).
         self.lists = ServerLists(name, lambda: self.era, lambda: self.generation, auth_context)
         #: The host's log level; a modern peer gets it in every request's ``_meta``.
         self.log_level: str | None = None
-        self._handlers = self._inputs()
+        self._handlers = {**self._inputs(), **self.life.keepalive.inputs()}
 
     # -- what the shell reads --------------------------------------------------------------
 
@@ -166,7 +163,6 @@ class Session:
             "generation": self.generation,
             "in_handler": len(self.host.in_handler),
             "host_answers": self.host.answers_seen,
-            "keepalive": (self.keepalive.sent, self.keepalive.answered),
         }
 
     # -- what the server sends -------------------------------------------------------------
@@ -439,8 +435,6 @@ class Session:
             ev.PeerReading: life.peer_reading,
             ev.ProbeTimeout: life.probe_timeout,
             ev.StageTimeout: life.stage_timeout,
-            ev.IdleFor: self.keepalive.idle,
-            ev.KeepaliveTimeout: self.keepalive.timed_out,
             ev.SendRequest: self._send_request,
             ev.CancelRequest: self._cancel_request,
             ev.RegisterListener: self._register_listener,

@@ -182,6 +182,8 @@ class ClientActor(pykka.ThreadingActor):
             state = session.inspect()
             shell = self.shell
             state["liveness"] = shell.watcher.counts()
+            probes = session.life.keepalive
+            state["keepalive"] = (probes.sent, probes.answered)  # probes sent, and answered
             # Armed and not yet fired: what can still wake this client.
             state["timers"] = sum(1 for timer in shell.timers if not timer.done)
             return state
