@@ -204,3 +204,15 @@ def test_an_http_server_frozen_with_sigstop_is_found_out_and_followed_back(pool:
             os.kill(pid, signal.SIGCONT)
         assert_a_reconnect([first, *read_until_ready(watch)], "keepalive_timeout")
         assert client.list_tools()
+
+
+@pytest.mark.parametrize("era", ["legacy", "both"])
+def test_status_across_a_restart_of_an_http_server_on_the_same_port(pool: ClientPool, era: str) -> None:
+    protocol = "legacy" if era == "legacy" else "auto"
+    with Peer("http", era).start() as peer:
+        client, _ = http_client(pool, peer.url, protocol, max_reconnect_attempts=PATIENT)
+        watch = status_watch(client)
+        peer.kill()
+        peer.restart()
+        assert_a_reconnect(read_until_ready(watch), "transport_closed")
+        assert client.list_tools()
