@@ -212,6 +212,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     args = parser.parse_args(argv)
     if args.count is not None and args.count < 1:
         parser.error("--count must be a positive number")
+    if args.catalog and args.uri:
+        parser.error("--uri watches a resource's content; --catalog shows only the lists: give one of them")
     undo_logging = _log_to(err, args.verbose)
     try:
         return _run(args, command, parser, out, err)

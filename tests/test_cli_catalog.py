@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
+from exmcp_actors import _cli
 from exmcp_actors._cli_catalog import CatalogPrinter
 from tests.cli_helpers import Cli, run_cli
 from tests.sdk_helpers import FAST_BACKOFF
@@ -89,3 +90,10 @@ def test_the_printer_escapes_and_bounds_what_servers_name() -> None:
     CatalogPrinter(as_json, as_json=True, several=False).line("s", "added", "prompts", hostile)
     record = json.loads(as_json.getvalue())
     assert record["key"] == hostile and record["kind"] == "prompt" and "\x1b" not in as_json.getvalue()
+
+
+def test_catalog_with_uri_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _cli.run(["--demo", "--catalog", "--uri", "demo://clock"], io.StringIO(), io.StringIO())
+    assert exited.value.code == 2
+    assert "--catalog shows only the lists: give one of them" in capsys.readouterr().err
