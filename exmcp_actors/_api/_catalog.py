@@ -18,8 +18,9 @@ import threading
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._bound import DEFAULT_MAX_PENDING
-from .._delivery._inbox import LatestInbox, catalog_key
+from .._delivery._inbox import LatestInbox, catalog_key, coalesce_catalog
 from .._delivery._targets import deliver, resolve_subscriber
+from .._protocol._catalog_diff import diff_lists, report_diff
 from .._protocol._errors import Error, RequestError
 from .._protocol._filters import normalize_filter
 from .._protocol._jsonrpc import METHOD_NOT_FOUND
@@ -31,6 +32,7 @@ from .._protocol._messages import (
     SUBSCRIPTION_CLOSED,
     SUBSCRIPTION_RESYNC,
 )
+from .._protocol._ratelog import RateLimitedLog
 from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.catalog")
@@ -42,10 +44,17 @@ _METHOD_KINDS: Final = {f"notifications/{kind}/list_changed": kind for kind in K
 #: Queued for the worker by close().
 _STOP: Final = object()
 _JOIN_WAIT: Final = 5.0
+#: What a server's lists held that a diff left out, logged for all catalogs at most once per kind per 10 s.
+_DIFF_LOG: Final = RateLimitedLog(logger)
 
 
 class CatalogChanged(NamedTuple):
-    """A catalog refreshed one kind: ``("ex_mcp_catalog_changed", catalog, kind, items)``."""
+    """A catalog refreshed one kind:
+    ``("ex_mcp_catalog_changed", catalog, kind, items, added, removed, changed)``.
+
+    ``added``, ``removed`` and ``changed`` say what differs from the list before (see
+    ``_protocol/_catalog_diff``): keys are tool and prompt names, resource URIs.
+    """
 
     tag: Literal["ex_mcp_catalog_changed"]
     #: The :class:`Catalog` (``catalog.client.name`` tells which server).
@@ -54,6 +63,12 @@ class CatalogChanged(NamedTuple):
     kind: str
     #: The full new list.
     items: list[dict[str, Any]]
+    #: Keys only the new list has, in list order.
+    added: tuple[str, ...]
+    #: Keys only the list before had, in its order.
+    removed: tuple[str, ...]
+    #: Key -> the sorted top-level fields that differ (``{"z": ("inputSchema",)}``).
+    changed: dict[str, tuple[str, ...]]
 
 
 class _Feed:
@@ -84,7 +99,7 @@ class Catalog(Handle):
         if resolved.target is None:
             # Each CatalogChanged carries the full list: keep only the newest per kind, so a
             # host that reads catalog.tools and never the inbox costs bounded memory.
-            self._inbox = LatestInbox(catalog_key)
+            self._inbox = LatestInbox(catalog_key, coalesce_catalog)
         self._target = resolved.target
         capabilities = client.server_capabilities or {}
         self.kinds: tuple[str, ...] = tuple(kind for kind in KINDS if kind in capabilities)
@@ -240,12 +255,24 @@ class Catalog(Handle):
         self._publish(kind, items)
 
     def _publish(self, kind: str, items: list[dict[str, Any]]) -> None:
+        diff = diff_lists(kind, self._lists[kind], items)
         self._lists[kind] = items
-        message = CatalogChanged("ex_mcp_catalog_changed", self, kind, items)
+        self._truncated = {**self._truncated, kind: diff.truncated}  # replaced: the default is shared
+        report_diff(_DIFF_LOG, self.client.name, kind, diff)
+        message = CatalogChanged("ex_mcp_catalog_changed", self, kind, items, *diff[:3])
         if self._inbox is not None:
             self._inbox.put(message)
         else:
             deliver(self._target, [message])
+
+    #: kind -> whether its latest diff was cut at MAX_DIFFED (see :attr:`diff_truncated`).
+    _truncated: dict[str, bool] = {}
+
+    @property
+    def diff_truncated(self) -> dict[str, bool]:
+        """Kind -> whether the latest :class:`CatalogChanged` of it compared only the first
+        ``MAX_DIFFED`` (10,000) items of each list (a longer list: what is past it is not in the diff)."""
+        return {kind: self._truncated.get(kind, False) for kind in KINDS}
 
 
 class CatalogCalls:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from .._protocol._catalog_diff import compose
 from .._protocol._messages import FINAL_TAGS
 from ._bound import Bound
 
@@ -110,14 +111,17 @@ class LatestInbox(Inbox):
 
     For messages that each carry the full state (a catalog's :class:`CatalogChanged` holds
     the whole list): a host that never reads the inbox costs one message per key, not one
-    per refresh. Messages whose key is None are queued as usual.
+    per refresh. Messages whose key is None are queued as usual. ``merge(waiting, newer)``,
+    if given, makes what is kept of the two (under the inbox's lock: it must be quick).
     """
 
-    __slots__ = ("_key", "_latest", "_lock")
+    __slots__ = ("_key", "_latest", "_lock", "_merge")
 
-    def __init__(self, key: Any) -> None:
+    def __init__(self, key: Any, merge: Callable[[Any, Any], Any] | None = None) -> None:
         super().__init__()
         self._key = key
+        #: (waiting, newer) -> what is kept in their place; None keeps the newer one.
+        self._merge = merge
         self._latest: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
@@ -128,6 +132,8 @@ class LatestInbox(Inbox):
             return
         with self._lock:
             waiting = key in self._latest
+            if waiting and self._merge is not None:
+                item = self._merge(self._latest[key], item)
             self._latest[key] = item
         if not waiting:
             super().put(_Slot(key))
@@ -161,3 +167,12 @@ def catalog_key(message: Any) -> Any:
     if message[0] == "ex_mcp_hub_collision":
         return (id(message[1]), message[2], message[3])
     return None
+
+
+def coalesce_catalog(waiting: Any, newer: Any) -> Any:
+    """The merge of catalog inboxes: a :class:`CatalogChanged` kept in place of one the reader
+    has not taken carries the diff of both, so the reader still learns every change."""
+    if newer[0] != "ex_mcp_catalog_changed":
+        return newer
+    diff = compose(newer.kind, waiting, newer, newer.items)
+    return newer._replace(added=diff.added, removed=diff.removed, changed=diff.changed)
