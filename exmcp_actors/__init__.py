@@ -17,6 +17,7 @@ import logging
 
 from ._api._call import Call
 from ._api._catalog import Catalog, CatalogChanged
+from ._api._catalog_fresh import CatalogStale
 from ._api._client import Client
 from ._api._config import ConfigError
 from ._api._connect import connect
@@ -78,6 +79,7 @@ __all__ = [
     "Call",
     "Catalog",
     "CatalogChanged",
+    "CatalogStale",
     "Client",
     "Closed",
     "ConfigError",

@@ -33,6 +33,7 @@ from .._protocol._messages import (
     SUBSCRIPTION_RESYNC,
 )
 from .._protocol._ratelog import RateLimitedLog
+from ._catalog_fresh import Asked, CatalogStale, Expired, Fetched, Freshness, check_kinds
 from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.catalog")
@@ -109,13 +110,19 @@ class Catalog(Handle):
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._timeout = timeout
         self._closed = False
+        self._started = False
+        advertised = {kind: capabilities[kind] for kind in self.kinds if isinstance(capabilities[kind], dict)}
+        notified = frozenset(kind for kind, flags in advertised.items() if flags.get("listChanged") is True)
+        self._fresh = Freshness(client.name, self.kinds, notified, self._fetch, self._lists, self._events.put, timeout)
         # Subscribe first, then fetch: a change in between is then refetched, never missed.
         # Always a source, even with no kinds: its Closed ends the inbox on disconnect.
         self._source: Handle | None = self._open()
         try:
             for kind in self.kinds:
-                self._lists[kind] = self._fetch(kind)
+                self._lists[kind] = self._fresh.walk(kind, cache=True)
+            self._started = True
         except BaseException:
+            self._fresh.close()
             self._close_source()
             raise
         self._worker = threading.Thread(target=self._run, name=f"exmcp-catalog-{client.name}", daemon=True)
@@ -125,15 +132,42 @@ class Catalog(Handle):
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return self._lists["tools"]
+        return self._fresh.current("tools")
 
     @property
     def prompts(self) -> list[dict[str, Any]]:
-        return self._lists["prompts"]
+        return self._fresh.current("prompts")
 
     @property
     def resources(self) -> list[dict[str, Any]]:
-        return self._lists["resources"]
+        return self._fresh.current("resources")
+
+    def refresh(self, kinds: Any = None, *, wait: bool = False) -> None:
+        """Refetch ``kinds`` from the server (None: every kind followed; a kind; or an
+        iterable of kinds; kinds the server does not advertise are skipped), after a random
+        jitter of up to ``min(1 s, 10% of the kind's ttl)`` (1 s without hints), so hosts
+        told of the same expiry do not all ask at once. A changed list publishes
+        :class:`CatalogChanged`.
+
+        ``wait=False`` returns at once (the worker fetches; failures are logged);
+        ``wait=True`` waits out the jitter and fetches on the calling thread, within the
+        catalog's timeout per kind, and raises what the fetch raises. Nothing on a closed catalog.
+
+        Raises:
+            TypeError: ``kinds`` is no kind nor an iterable of them; ``wait`` is no bool.
+            ValueError: a kind other than ``"tools"``, ``"prompts"``, ``"resources"``.
+            NotConnected, RequestError, RequestTimeout: with ``wait=True``, a fetch failed.
+        """
+        chosen = check_kinds(kinds, self.kinds)
+        if not isinstance(wait, bool):
+            raise TypeError(f"wait must be a bool, got {type(wait).__name__}")
+        if self._closed or not chosen:
+            return
+        if not wait:
+            self._fresh.ask(chosen)
+        elif self._fresh.sleep_jitter(chosen):
+            for kind in chosen:
+                self._fresh.refetch_now(kind)
 
     def close(self, timeout: float = _JOIN_WAIT) -> None:
         """Stop following the server; the inbox ends once drained. Idempotent."""
@@ -141,6 +175,7 @@ class Catalog(Handle):
             if self._closed:
                 return
             self._closed = True
+        self._fresh.close()
         self._close_source()
         self._events.put(_STOP)
         if threading.current_thread() is not self._worker:
@@ -180,8 +215,14 @@ class Catalog(Handle):
         if source is not None:
             source.close()
 
-    def _fetch(self, kind: str, *, cache: bool = True) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = getattr(self.client, f"list_{kind}")(cache=cache)
+    def _fetch(self, kind: str, cache: bool, deadline: float | None, fresh: list[float]) -> list[dict[str, Any]]:
+        """Walk ``kind`` (``fresh`` learns when it goes stale); every walk after the first counts."""
+        timeout = None if deadline is None else self._timeout
+        items: list[dict[str, Any]] = self.client._paginate(
+            f"{kind}/list", timeout, cache, deadline=deadline, fresh=fresh
+        )
+        if self._started:
+            self.refreshes[kind] += 1
         return items
 
     def _run(self) -> None:
@@ -201,15 +242,35 @@ class Catalog(Handle):
             except queue.Empty:
                 break
         dirty: set[str] = set()
+        asked: set[str] = set()
         go_on = True
         for message in batch:
             if message is _STOP:
                 return False
+            if isinstance(message, Expired | Fetched | Asked):
+                self._freshen(message, asked)
+                continue
             go_on = self._classify(message, dirty) and go_on
         for kind in self.kinds:
-            if kind in dirty:
-                self._refresh(kind)
+            if kind in dirty or kind in asked:
+                self._refresh(kind, always=kind in dirty)
         return go_on
+
+    def _freshen(self, message: Expired | Fetched | Asked, asked: set[str]) -> None:
+        """A marker of the cache hints (``_catalog_fresh``), on the worker thread."""
+        if isinstance(message, Asked):
+            asked.update(message.kinds)
+        elif isinstance(message, Fetched):
+            items = self._fresh.take(message.kind, message.version)
+            if items is not None:
+                self._publish(message.kind, items)
+                self._fresh.published(message.kind, message.version)
+        elif self._fresh.still_expired(message):
+            stale = CatalogStale("ex_mcp_catalog_stale", self, message.kind)
+            if self._inbox is not None:
+                self._inbox.put(stale)
+            else:
+                deliver(self._target, [stale])
 
     def _classify(self, message: Any, dirty: set[str]) -> bool:
         """Mark what ``message`` changed in ``dirty``; False when the source ended for good."""
@@ -226,7 +287,8 @@ class Catalog(Handle):
                 for kind in self.kinds:
                     if kind in state[1]:
                         dirty.discard(kind)  # the snapshot is newer than what came before it
-                        self._publish(kind, list(state[1][kind]))
+                        self._show(kind, list(state[1][kind]))
+                        self._fresh.replaced(kind)
             elif isinstance(state, tuple):
                 dirty.update(self.kinds)  # the resync failed: refetch ourselves
         elif tag in (CLOSED, SUBSCRIPTION_CLOSED):
@@ -243,16 +305,27 @@ class Catalog(Handle):
             return False
         return True
 
-    def _refresh(self, kind: str) -> None:
-        try:
-            # Something changed, or may have gone unheard: from the server, not a kept page.
-            items = self._fetch(kind, cache=False)
-        except Error as exc:
-            # A Reconnected (or the close) follows a lost connection, and refetches then.
-            logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)
-            return
-        self.refreshes[kind] += 1
+    def _refresh(self, kind: str, *, always: bool = True) -> None:
+        """Refetch ``kind``; publish it (only if it changed unless ``always``)."""
+        with self._fresh.lock(kind):  # never two fetches of a kind at once, readers' included
+            try:
+                # Something changed, or may have gone unheard: from the server, not a kept page.
+                items = self._fresh.walk(kind, cache=False)
+            except Error as exc:
+                # A Reconnected (or the close) follows a lost connection, and refetches then.
+                logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)
+                return
+            if not always and items == self._fresh.visible(kind):
+                return
+            version = self._fresh.offer(kind, items)  # under the lock: a reader's later list wins
         self._publish(kind, items)
+        self._fresh.published(kind, version)
+
+    def _show(self, kind: str, items: list[dict[str, Any]]) -> None:
+        """Publish ``items`` as the newest list of ``kind`` (readers see them at once)."""
+        version = self._fresh.offer(kind, items)
+        self._publish(kind, items)
+        self._fresh.published(kind, version)
 
     def _publish(self, kind: str, items: list[dict[str, Any]]) -> None:
         diff = diff_lists(kind, self._lists[kind], items)

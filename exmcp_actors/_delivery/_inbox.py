@@ -160,12 +160,15 @@ class _Slot:
 
 
 def catalog_key(message: Any) -> Any:
-    """The coalescing key of a :class:`CatalogChanged` (its catalog and kind) or of a
-    :class:`HubCollision` (its hub catalog, kind and name); None for anything else."""
+    """The coalescing key of a :class:`CatalogChanged` (its catalog and kind), of a
+    :class:`CatalogStale` (the same, apart), or of a :class:`HubCollision` (its hub catalog,
+    kind and name); None for anything else."""
     if message[0] == "ex_mcp_catalog_changed":
         return (id(message[1]), message[2])
     if message[0] == "ex_mcp_hub_collision":
         return (id(message[1]), message[2], message[3])
+    if message[0] == "ex_mcp_catalog_stale":  # apart from its kind's changes: neither replaces the other
+        return (id(message[1]), message[2], "stale")
     return None
 
 

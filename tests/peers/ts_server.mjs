@@ -76,6 +76,18 @@ function text(value) {
   return { content: [{ type: 'text', text: String(value) }] };
 }
 
+// --catfresh-ttl-ms MS: that ttlMs (public) on every 2026-07-28 list result; --catfresh-quiet:
+// tools and resources advertised without listChanged, and catfresh_add {name} adds a tool
+// that later requests list, telling no one.
+const catfreshTtl = option('--catfresh-ttl-ms', undefined);
+const catfreshQuiet = rest.includes('--catfresh-quiet');
+const catfreshHints =
+  catfreshTtl === undefined
+    ? undefined
+    : Object.fromEntries(
+        ['tools/list', 'prompts/list', 'resources/list'].map((m) => [m, { ttlMs: Number(catfreshTtl), cacheScope: 'public' }]),
+      );
+
 function build(ctx) {
   const server = new McpServer(
     { name: 'ts-v2-peer', version: '2.4.0' },
@@ -85,8 +97,16 @@ function build(ctx) {
         tools: { listChanged: true },
         extensions: { 'com.example/ts-peer': { flavour: 'v2' } },
       },
+      cacheHints: catfreshHints,
     },
   );
+  if (catfreshQuiet) {
+    server.server.registerCapabilities({ tools: { listChanged: false }, resources: { listChanged: false } });
+    server.registerTool('catfresh_add', { description: 'Adds a tool silently.', inputSchema: { name: z.string() } }, ({ name }) => {
+      if (!extraTools.includes(name)) extraTools.push(name);
+      return text(`added ${name}`);
+    });
+  }
   server.registerTool('echo', { description: 'Returns its text.', inputSchema: { text: z.string() } }, ({ text: t }) =>
     text(t),
   );
