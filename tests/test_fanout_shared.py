@@ -6,7 +6,6 @@ within its bound, and again after the server is killed and restarted."""
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,14 +27,6 @@ from tests.sdk_helpers import (
 LISTENERS = 40
 
 
-@pytest.fixture
-def clients() -> Iterator[list[mcp.Client]]:
-    made: list[mcp.Client] = []
-    yield made
-    for client in made:
-        client.disconnect()
-
-
 def expect_reconnected(listener: Any, resubscribed: list[str]) -> None:
     msg = next_message(listener, 3 * WAIT)
     assert isinstance(msg, mcp.Reconnected) and msg.listener is listener, msg
@@ -54,12 +45,12 @@ def drain_each(listeners: list[Any], count: int, uri: str) -> None:
 
 @pytest.mark.parametrize("kind", ["stdio", "ws"])
 def test_one_thread_with_many_listeners_gets_each_update_once_per_listener_before_and_after_a_restart(
-    request: pytest.FixtureRequest, clients: list[mcp.Client], kind: str
+    request: pytest.FixtureRequest, connected_clients: list[mcp.Client], kind: str
 ) -> None:
     target = target_for(request, kind, "legacy")
     tap = target.tap()
     client = mcp.connect(tap, backoff=FAST_BACKOFF, max_reconnect_attempts=60, request_timeout=WAIT)
-    clients.append(client)
+    connected_clients.append(client)
     listeners = [client.subscribe_notifications({"resourceSubscriptions": [URI_A]}) for _ in range(LISTENERS)]
     client.call_tool("flood", {"uri": URI_A, "count": 25}, timeout=WAIT)
     drain_each(listeners, 25, URI_A)

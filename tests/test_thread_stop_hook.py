@@ -8,7 +8,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,25 +17,17 @@ from tests.sdk_helpers import URI_A, WAIT, library_threads, target_for
 from tests.waiting import wait_until
 
 
-@pytest.fixture
-def clients() -> Iterator[list[mcp.Client]]:
-    made: list[mcp.Client] = []
-    yield made
-    for client in made:
-        client.disconnect()
-
-
 def proxy_threads() -> list[str]:
     return [t.name for t in library_threads() if t.name.startswith("SubscriberProxy")]
 
 
 @pytest.mark.parametrize(("kind", "era"), [("stdio", "legacy"), ("ws", "modern"), ("http", "modern")])
 def test_a_thread_subscriber_runs_no_proxy_thread_and_its_end_still_removes_its_watch_at_once(
-    request: pytest.FixtureRequest, clients: list[mcp.Client], kind: str, era: str
+    request: pytest.FixtureRequest, connected_clients: list[mcp.Client], kind: str, era: str
 ) -> None:
     target = target_for(request, kind, era)
     client = mcp.connect(target.tap(), request_timeout=WAIT)
-    clients.append(client)
+    connected_clients.append(client)
     assert client.era == era
     made: list[Any] = []
     registered, leave = threading.Event(), threading.Event()
