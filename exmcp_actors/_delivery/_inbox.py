@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from .._protocol._catalog_diff import compose
-from .._protocol._messages import FINAL_TAGS
+from .._protocol._messages import FINAL_TAGS, NOTIFICATION, Notification
 from ._bound import Bound
 
 
@@ -20,13 +20,15 @@ class Inbox:
     Finishing queues a marker behind the last message: ``get`` then ends once drained.
     """
 
-    __slots__ = ("_finished", "_queue", "bound")
+    __slots__ = ("_finished", "_queue", "bound", "owner")
 
     def __init__(self, bound: Bound | None = None) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._finished = False
         #: The handle's ``max_pending`` bound (None: unbounded), applied by :func:`land`.
         self.bound = bound
+        #: The handle it is the inbox of: a :class:`SharedEvent` read here becomes its message.
+        self.owner: Any = None
 
     def put(self, item: Any) -> None:
         self._queue.put(item)
@@ -58,24 +60,47 @@ class Inbox:
             TypeError: a timeout that is not a number.
             ValueError: a negative or NaN timeout.
         """
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(
-                    f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}"
-                )
-            if not timeout >= 0:  # NaN too
-                raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
-            if timeout > threading.TIMEOUT_MAX:
-                timeout = None  # math.inf and the like: forever, as the lock cannot wait longer
+        # The common timeouts pass with two checks: this runs once per message read.
+        if timeout is not None and not (type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _TIMEOUT_MAX):
+            timeout = _checked_timeout(timeout)
         item = self._queue.get(True, timeout)
+        if type(item) is SharedEvent:
+            return _new_tuple(Notification, (NOTIFICATION, self.owner, item.method, item.params))
         if item is _END:
             self._queue.put(_END)  # for the next get, in this thread or another
             raise queue.Empty
         return item
 
 
+class SharedEvent:
+    """One legacy notification put in every inbox it reaches (see ``_runtime._lane.dispatch_now``);
+    each inbox's ``get`` turns it into a :class:`~.._protocol._messages.Notification` for its
+    own handle. Never seen outside an inbox."""
+
+    __slots__ = ("method", "params")
+
+    def __init__(self, method: str, params: dict[str, Any]) -> None:
+        self.method = method
+        self.params = params
+
+
+_new_tuple = tuple.__new__
+
 #: Queued behind an inbox's last message when it is finished.
 _END: Final = object()
+_TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
+_PLAIN_NUMBERS: Final = (float, int)  # not bool, a subclass of int: its type is bool
+
+
+def _checked_timeout(timeout: Any) -> float | None:
+    """A ``get`` timeout the lock can wait for (forever: None); TypeError or ValueError if it is none."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}")
+    if not timeout >= 0:  # NaN too
+        raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
+    if timeout > _TIMEOUT_MAX:
+        return None  # math.inf and the like: forever, as the lock cannot wait longer
+    return timeout
 
 
 def land(inbox: Inbox, messages: list[Any]) -> None:
@@ -92,18 +117,6 @@ def land(inbox: Inbox, messages: list[Any]) -> None:
     inbox.put_many(messages)
     if messages[-1][0] in FINAL_TAGS:
         inbox.finish()  # the closing message is the last: iteration and get() end after it
-
-
-def land_event(inbox: Inbox, message: Any) -> None:
-    """:func:`land` for one event (never a closing message), without a batch: the reader's
-    fan-out to many inboxes costs one ``put`` each while far below their bounds."""
-    bound = inbox.bound
-    if bound is None or bound.credit <= 0:
-        land(inbox, [message])
-        return
-    bound.credit -= 1
-    bound.sent += 1
-    inbox._queue.put(message)
 
 
 class LatestInbox(Inbox):

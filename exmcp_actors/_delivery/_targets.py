@@ -40,6 +40,8 @@ class Delivered:
     def __init__(self, handle_id: Any, inbox: Inbox | None) -> None:
         self.id = handle_id
         self._inbox = inbox
+        if inbox is not None:
+            inbox.owner = self
         #: Its ``max_pending`` bound (see ``_bound``).
         self._bound: Bound | None = inbox.bound if inbox is not None else None
         #: What may still start being delivered to it (see :func:`cut`).

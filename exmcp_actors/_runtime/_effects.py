@@ -37,7 +37,7 @@ from ._idle import IdleWatch
 from ._lane import DeliveryLane, flush
 from ._lazy_worker import LazyWorker
 from ._shared import SharedState
-from ._subscriber_proxy import LivenessWatcher, SubscriberProxy
+from ._subscriber_proxy import InboxStopHook, LivenessWatcher, ProxyRef, SubscriberProxy
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -206,14 +206,19 @@ class Shell:
 
     # -- proxies ---------------------------------------------------------------------------
 
-    def start_proxy(self, subscriber: Subscriber) -> pykka.ActorRef[Any]:
+    def start_proxy(self, subscriber: Subscriber) -> ProxyRef:
         assert self._actor is not None
-        ref = SubscriberProxy.start(subscriber.key, subscriber.target, self._actor, self.shared.adopt_current_thread)
+        ref: ProxyRef
+        if subscriber.target is None:  # a thread: its inboxes need no proxy, only the stop hook
+            ref = InboxStopHook(subscriber.key, self._actor)
+        else:
+            adopt = self.shared.adopt_current_thread
+            ref = SubscriberProxy.start(subscriber.key, subscriber.target, self._actor, adopt)
         if subscriber.watched:
             self.watcher.watch(subscriber.key, subscriber.alive, ref, subscriber.end)
         return ref
 
-    def replace_proxy(self, slot: Slot, found: pykka.ActorRef[Any] | None) -> pykka.ActorRef[Any]:
+    def replace_proxy(self, slot: Slot, found: ProxyRef | None) -> ProxyRef:
         """Start a slot's proxy if the slot still has what was ``found`` there: None (not
         started yet: the registration's StartProxy, or a reader that delivers before it) or a
         proxy stopped from outside (not by its subscriber's death). Once, whichever thread
@@ -223,8 +228,7 @@ class Shell:
                 if found is not None:
                     logger.info("%s: proxy of %s stopped from outside; starting another", self.name, slot.key)
                 slot.ref = self.start_proxy(slot.subscriber)
-            ref: pykka.ActorRef[Any] = slot.ref
-            return ref
+            return slot.ref
 
     # -- the performers --------------------------------------------------------------------
 
