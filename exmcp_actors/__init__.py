@@ -17,6 +17,7 @@ import logging
 
 from ._api._call import Call
 from ._api._catalog import Catalog, CatalogChanged
+from ._api._catalog_fresh import CatalogStale
 from ._api._client import Client
 from ._api._config import ConfigError
 from ._api._connect import connect
@@ -55,6 +56,7 @@ from ._protocol._messages import (
     Notification,
     RawNotification,
     Reconnected,
+    Status,
     SubscriptionClosed,
     SubscriptionEvent,
     SubscriptionResync,
@@ -78,6 +80,7 @@ __all__ = [
     "Call",
     "Catalog",
     "CatalogChanged",
+    "CatalogStale",
     "Client",
     "Closed",
     "ConfigError",
@@ -110,6 +113,7 @@ __all__ = [
     "ResourceChanged",
     "ResourceReadFailed",
     "ResourceWatch",
+    "Status",
     "StdioTransport",
     "SubscribeFailed",
     "SubscriberNotAlive",

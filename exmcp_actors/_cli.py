@@ -1,12 +1,13 @@
 """``exmcp-watch``: point it at MCP servers and see what they push, one line per message.
 
     exmcp-watch [--era auto|legacy|modern] [--uri URI]... [--json] [--count N]
-                [--config FILE] [--demo] [TARGET | -- COMMAND ARGS...]
+                [--config FILE] [--demo] [--catalog] [TARGET | -- COMMAND ARGS...]
 
 TARGET is a ws/wss/http/https URL, or a server command after ``--``. ``--config``
 reads an ``mcpServers`` file and watches every server in it; ``--demo`` runs the
 embedded demo server. Ctrl-C disconnects and exits (status 130); ``--count N``
-exits 0 after N notifications. Also ``python -m exmcp_actors watch ...``.
+exits 0 after N notifications. ``--catalog`` prints the merged catalog, then its changes
+(``_cli_catalog``). Also ``python -m exmcp_actors watch ...``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from urllib.parse import urlsplit
 
 from ._api._config import ConfigError, load_config
 from ._api._hub import Hub
+from ._cli_catalog import show_catalog
 from ._protocol._backoff import Backoff
 from ._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED
 from ._protocol._peer_text import escape_unsafe
@@ -100,9 +102,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--era", choices=("auto", "legacy", "modern"), default="auto", help="MCP era (default auto)")
     parser.add_argument("--uri", action="append", default=[], metavar="URI", help="a resource to watch (repeatable)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("--count", type=int, metavar="N", help="exit 0 after N notifications")
+    parser.add_argument(
+        "--count", type=int, metavar="N", help="exit 0 after N notifications (N change lines with --catalog)"
+    )
     parser.add_argument("--config", metavar="FILE", help='an {"mcpServers": {...}} file: watch every server in it')
     parser.add_argument("--demo", action="store_true", help="run and watch the embedded demo server")
+    parser.add_argument(
+        "--catalog", action="store_true", help="print the merged catalog once, then a line per change (+ - ~)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
     parser.add_argument("target", nargs="?", help="a ws://, wss://, http:// or https:// URL")
     return parser
@@ -205,6 +212,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     args = parser.parse_args(argv)
     if args.count is not None and args.count < 1:
         parser.error("--count must be a positive number")
+    if args.catalog and args.uri:
+        parser.error("--uri watches a resource's content; --catalog shows only the lists: give one of them")
     undo_logging = _log_to(err, args.verbose)
     try:
         return _run(args, command, parser, out, err)
@@ -233,6 +242,8 @@ def _run(
             _say(err, f"cannot connect to {name}: {error}")
         if not hub.clients:
             return 1
+        if args.catalog:
+            return show_catalog(hub, out, err, as_json=args.json, count=args.count)
         watch = hub.watch(_watch_filter(uris))
         for name, error in watch.errors.items():
             _say(err, f"cannot watch {name}: {error}")

@@ -4,7 +4,7 @@ It needs nothing beyond this package: it is the public test peer,
 :class:`exmcp_actors.testing.FakeServer`, answering both eras (``initialize`` and
 ``server/discover``), bridged to stdin/stdout one JSON message per line. Every
 ``--interval`` seconds (default 1) it renames a tool, swaps a resource, rewrites
-``demo://clock`` and ``demo://counter``, and tells each client: list changes and
+``demo://clock`` (its ``lastModified`` too) and ``demo://counter``, and tells each client: list changes and
 ``resources/updated`` for what it subscribed (legacy), or events on its open
 ``subscriptions/listen`` streams (2026-07-28). ``exmcp-watch --demo`` runs it.
 It ends when stdin closes, or on SIGINT/SIGTERM, quietly.
@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from .testing import FakeConnection, FakeServer, serve_stdio
@@ -25,6 +26,10 @@ CLOCK = "demo://clock"
 COUNTER = "demo://counter"
 _TOOL_NAMES = ("add", "multiply", "shout", "reverse")
 _UPDATED = "notifications/resources/updated"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class DemoServer:
@@ -59,7 +64,8 @@ class DemoServer:
         self.fake.set_items(
             "resources",
             [
-                {"uri": CLOCK, "name": "clock", "mimeType": "text/plain"},
+                # Rewritten every tick: a catalog's diff shows it as changed annotations.
+                {"uri": CLOCK, "name": "clock", "mimeType": "text/plain", "annotations": {"lastModified": _now()}},
                 {"uri": COUNTER, "name": "counter", "mimeType": "text/plain"},
                 {"uri": f"demo://note/{n % 3}", "name": f"note {n % 3}", "mimeType": "text/plain"},
             ],

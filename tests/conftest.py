@@ -241,3 +241,12 @@ def no_leaked_threads() -> Iterator[None]:
         problems.append("threads still alive after the test: " + ", ".join(repr(t) for t in leaked))
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def connected_clients() -> Iterator[list[mcp.Client]]:
+    """Clients a test connects itself (append each); every one is disconnected after it."""
+    made: list[mcp.Client] = []
+    yield made
+    for client in made:
+        client.disconnect()

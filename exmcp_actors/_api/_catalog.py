@@ -18,8 +18,9 @@ import threading
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._bound import DEFAULT_MAX_PENDING
-from .._delivery._inbox import LatestInbox, catalog_key
+from .._delivery._inbox import LatestInbox, catalog_key, coalesce_catalog
 from .._delivery._targets import deliver, resolve_subscriber
+from .._protocol._catalog_diff import diff_lists, report_diff
 from .._protocol._errors import Error, RequestError
 from .._protocol._filters import normalize_filter
 from .._protocol._jsonrpc import METHOD_NOT_FOUND
@@ -31,6 +32,8 @@ from .._protocol._messages import (
     SUBSCRIPTION_CLOSED,
     SUBSCRIPTION_RESYNC,
 )
+from .._protocol._ratelog import RateLimitedLog
+from ._catalog_fresh import Asked, CatalogStale, Expired, Fetched, Freshness, check_kinds
 from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.catalog")
@@ -42,10 +45,17 @@ _METHOD_KINDS: Final = {f"notifications/{kind}/list_changed": kind for kind in K
 #: Queued for the worker by close().
 _STOP: Final = object()
 _JOIN_WAIT: Final = 5.0
+#: What a server's lists held that a diff left out, logged for all catalogs at most once per kind per 10 s.
+_DIFF_LOG: Final = RateLimitedLog(logger)
 
 
 class CatalogChanged(NamedTuple):
-    """A catalog refreshed one kind: ``("ex_mcp_catalog_changed", catalog, kind, items)``."""
+    """A catalog refreshed one kind:
+    ``("ex_mcp_catalog_changed", catalog, kind, items, added, removed, changed)``.
+
+    ``added``, ``removed`` and ``changed`` say what differs from the list before (see
+    ``_protocol/_catalog_diff``): keys are tool and prompt names, resource URIs.
+    """
 
     tag: Literal["ex_mcp_catalog_changed"]
     #: The :class:`Catalog` (``catalog.client.name`` tells which server).
@@ -54,6 +64,12 @@ class CatalogChanged(NamedTuple):
     kind: str
     #: The full new list.
     items: list[dict[str, Any]]
+    #: Keys only the new list has, in list order.
+    added: tuple[str, ...]
+    #: Keys only the list before had, in its order.
+    removed: tuple[str, ...]
+    #: Key -> the sorted top-level fields that differ (``{"z": ("inputSchema",)}``).
+    changed: dict[str, tuple[str, ...]]
 
 
 class _Feed:
@@ -84,7 +100,7 @@ class Catalog(Handle):
         if resolved.target is None:
             # Each CatalogChanged carries the full list: keep only the newest per kind, so a
             # host that reads catalog.tools and never the inbox costs bounded memory.
-            self._inbox = LatestInbox(catalog_key)
+            self._inbox = LatestInbox(catalog_key, coalesce_catalog)
         self._target = resolved.target
         capabilities = client.server_capabilities or {}
         self.kinds: tuple[str, ...] = tuple(kind for kind in KINDS if kind in capabilities)
@@ -94,13 +110,19 @@ class Catalog(Handle):
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._timeout = timeout
         self._closed = False
+        self._started = False
+        advertised = {kind: capabilities[kind] for kind in self.kinds if isinstance(capabilities[kind], dict)}
+        notified = frozenset(kind for kind, flags in advertised.items() if flags.get("listChanged") is True)
+        self._fresh = Freshness(client.name, self.kinds, notified, self._fetch, self._lists, self._events.put, timeout)
         # Subscribe first, then fetch: a change in between is then refetched, never missed.
         # Always a source, even with no kinds: its Closed ends the inbox on disconnect.
         self._source: Handle | None = self._open()
         try:
             for kind in self.kinds:
-                self._lists[kind] = self._fetch(kind)
+                self._lists[kind] = self._fresh.walk(kind, cache=True)
+            self._started = True
         except BaseException:
+            self._fresh.close()
             self._close_source()
             raise
         self._worker = threading.Thread(target=self._run, name=f"exmcp-catalog-{client.name}", daemon=True)
@@ -110,15 +132,42 @@ class Catalog(Handle):
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return self._lists["tools"]
+        return self._fresh.current("tools")
 
     @property
     def prompts(self) -> list[dict[str, Any]]:
-        return self._lists["prompts"]
+        return self._fresh.current("prompts")
 
     @property
     def resources(self) -> list[dict[str, Any]]:
-        return self._lists["resources"]
+        return self._fresh.current("resources")
+
+    def refresh(self, kinds: Any = None, *, wait: bool = False) -> None:
+        """Refetch ``kinds`` from the server (None: every kind followed; a kind; or an
+        iterable of kinds; kinds the server does not advertise are skipped), after a random
+        jitter of up to ``min(1 s, 10% of the kind's ttl)`` (1 s without hints), so hosts
+        told of the same expiry do not all ask at once. A changed list publishes
+        :class:`CatalogChanged`.
+
+        ``wait=False`` returns at once (the worker fetches; failures are logged);
+        ``wait=True`` waits out the jitter and fetches on the calling thread, within the
+        catalog's timeout per kind, and raises what the fetch raises. Nothing on a closed catalog.
+
+        Raises:
+            TypeError: ``kinds`` is no kind nor an iterable of them; ``wait`` is no bool.
+            ValueError: a kind other than ``"tools"``, ``"prompts"``, ``"resources"``.
+            NotConnected, RequestError, RequestTimeout: with ``wait=True``, a fetch failed.
+        """
+        chosen = check_kinds(kinds, self.kinds)
+        if not isinstance(wait, bool):
+            raise TypeError(f"wait must be a bool, got {type(wait).__name__}")
+        if self._closed or not chosen:
+            return
+        if not wait:
+            self._fresh.ask(chosen)
+        elif self._fresh.sleep_jitter(chosen):
+            for kind in chosen:
+                self._fresh.refetch_now(kind)
 
     def close(self, timeout: float = _JOIN_WAIT) -> None:
         """Stop following the server; the inbox ends once drained. Idempotent."""
@@ -126,6 +175,7 @@ class Catalog(Handle):
             if self._closed:
                 return
             self._closed = True
+        self._fresh.close()
         self._close_source()
         self._events.put(_STOP)
         if threading.current_thread() is not self._worker:
@@ -165,8 +215,14 @@ class Catalog(Handle):
         if source is not None:
             source.close()
 
-    def _fetch(self, kind: str, *, cache: bool = True) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = getattr(self.client, f"list_{kind}")(cache=cache)
+    def _fetch(self, kind: str, cache: bool, deadline: float | None, fresh: list[float]) -> list[dict[str, Any]]:
+        """Walk ``kind`` (``fresh`` learns when it goes stale); every walk after the first counts."""
+        timeout = None if deadline is None else self._timeout
+        items: list[dict[str, Any]] = self.client._paginate(
+            f"{kind}/list", timeout, cache, deadline=deadline, fresh=fresh
+        )
+        if self._started:
+            self.refreshes[kind] += 1
         return items
 
     def _run(self) -> None:
@@ -186,15 +242,35 @@ class Catalog(Handle):
             except queue.Empty:
                 break
         dirty: set[str] = set()
+        asked: set[str] = set()
         go_on = True
         for message in batch:
             if message is _STOP:
                 return False
+            if isinstance(message, Expired | Fetched | Asked):
+                self._freshen(message, asked)
+                continue
             go_on = self._classify(message, dirty) and go_on
         for kind in self.kinds:
-            if kind in dirty:
-                self._refresh(kind)
+            if kind in dirty or kind in asked:
+                self._refresh(kind, always=kind in dirty)
         return go_on
+
+    def _freshen(self, message: Expired | Fetched | Asked, asked: set[str]) -> None:
+        """A marker of the cache hints (``_catalog_fresh``), on the worker thread."""
+        if isinstance(message, Asked):
+            asked.update(message.kinds)
+        elif isinstance(message, Fetched):
+            items = self._fresh.take(message.kind, message.version)
+            if items is not None:
+                self._publish(message.kind, items)
+                self._fresh.published(message.kind, message.version)
+        elif self._fresh.still_expired(message):
+            stale = CatalogStale("ex_mcp_catalog_stale", self, message.kind)
+            if self._inbox is not None:
+                self._inbox.put(stale)
+            else:
+                deliver(self._target, [stale])
 
     def _classify(self, message: Any, dirty: set[str]) -> bool:
         """Mark what ``message`` changed in ``dirty``; False when the source ended for good."""
@@ -211,7 +287,8 @@ class Catalog(Handle):
                 for kind in self.kinds:
                     if kind in state[1]:
                         dirty.discard(kind)  # the snapshot is newer than what came before it
-                        self._publish(kind, list(state[1][kind]))
+                        self._show(kind, list(state[1][kind]))
+                        self._fresh.replaced(kind)
             elif isinstance(state, tuple):
                 dirty.update(self.kinds)  # the resync failed: refetch ourselves
         elif tag in (CLOSED, SUBSCRIPTION_CLOSED):
@@ -228,24 +305,47 @@ class Catalog(Handle):
             return False
         return True
 
-    def _refresh(self, kind: str) -> None:
-        try:
-            # Something changed, or may have gone unheard: from the server, not a kept page.
-            items = self._fetch(kind, cache=False)
-        except Error as exc:
-            # A Reconnected (or the close) follows a lost connection, and refetches then.
-            logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)
-            return
-        self.refreshes[kind] += 1
+    def _refresh(self, kind: str, *, always: bool = True) -> None:
+        """Refetch ``kind``; publish it (only if it changed unless ``always``)."""
+        with self._fresh.lock(kind):  # never two fetches of a kind at once, readers' included
+            try:
+                # Something changed, or may have gone unheard: from the server, not a kept page.
+                items = self._fresh.walk(kind, cache=False)
+            except Error as exc:
+                # A Reconnected (or the close) follows a lost connection, and refetches then.
+                logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)
+                return
+            if not always and items == self._fresh.visible(kind):
+                return
+            version = self._fresh.offer(kind, items)  # under the lock: a reader's later list wins
         self._publish(kind, items)
+        self._fresh.published(kind, version)
+
+    def _show(self, kind: str, items: list[dict[str, Any]]) -> None:
+        """Publish ``items`` as the newest list of ``kind`` (readers see them at once)."""
+        version = self._fresh.offer(kind, items)
+        self._publish(kind, items)
+        self._fresh.published(kind, version)
 
     def _publish(self, kind: str, items: list[dict[str, Any]]) -> None:
+        diff = diff_lists(kind, self._lists[kind], items)
         self._lists[kind] = items
-        message = CatalogChanged("ex_mcp_catalog_changed", self, kind, items)
+        self._truncated = {**self._truncated, kind: diff.truncated}  # replaced: the default is shared
+        report_diff(_DIFF_LOG, self.client.name, kind, diff)
+        message = CatalogChanged("ex_mcp_catalog_changed", self, kind, items, *diff[:3])
         if self._inbox is not None:
             self._inbox.put(message)
         else:
             deliver(self._target, [message])
+
+    #: kind -> whether its latest diff was cut at MAX_DIFFED (see :attr:`diff_truncated`).
+    _truncated: dict[str, bool] = {}
+
+    @property
+    def diff_truncated(self) -> dict[str, bool]:
+        """Kind -> whether the latest :class:`CatalogChanged` of it compared only the first
+        ``MAX_DIFFED`` (10,000) items of each list (a longer list: what is past it is not in the diff)."""
+        return {kind: self._truncated.get(kind, False) for kind in KINDS}
 
 
 class CatalogCalls:

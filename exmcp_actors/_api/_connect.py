@@ -144,6 +144,7 @@ def connect(
     discover_result: dict[str, Any] | None = None,
     extensions: dict[str, dict[str, Any]] | None = None,
     on_request: Any = None,
+    keepalive: float | None = None,
 ) -> Client:
     """Connect to an MCP server and return a ready :class:`Client`.
 
@@ -188,6 +189,11 @@ def connect(
         on_request: ``fn(method, params) -> result dict``: answer the server requests the library
             does not know (without it they get -32601). It runs on the host pool; if it raises,
             the server gets a generic -32603 and the exception is logged.
+        keepalive: seconds a ready connection may receive nothing before it is probed (a legacy
+            peer with ``ping``, a 2026-07-28 one with ``server/discover``); a probe unanswered
+            for ``min(keepalive, 10)`` seconds is a lost connection: the client reconnects, or
+            (``reconnect=False``) closes with ``("keepalive_timeout", keepalive)``. None (the
+            default): no probes, and nothing is armed.
 
     Raises:
         ConnectError: the transport could not be opened or the handshake failed.
@@ -207,6 +213,7 @@ def connect(
     if name is not None and not (isinstance(name, str) and name):
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     connect_wait = check_timeout("connect_timeout", connect_timeout)
+    idle_wait = None if keepalive is None else check_timeout("keepalive", keepalive)
     # One deadline for the whole call, whatever stage hangs: every wait below ends by it.
     deadline = time.monotonic() + connect_wait
     if discover_result is not None:
@@ -252,6 +259,7 @@ def connect(
         roots=host.roots,
         elicitations=host.elicitations,
         discover_result=discover_result,
+        keepalive=idle_wait,
     )
     config = Config(built, connect_wait, session, host, connect_deadline=deadline)
     request_wait = check_timeout("request_timeout", request_timeout)

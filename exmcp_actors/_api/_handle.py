@@ -24,6 +24,9 @@ class Handle(Delivered):
         super().__init__(handle_id, inbox)
         self.client = client
         self.subscriber = subscriber
+        if inbox is not None and type(self).get is Handle.get:
+            # The inbox's own get, bound here: one Python call less on every message read.
+            self.__dict__["get"] = inbox.get
 
     def _require_inbox(self) -> Inbox:
         if self._inbox is None:

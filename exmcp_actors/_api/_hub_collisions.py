@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._targets import deliver
+from .._protocol._catalog_diff import KEYS
 from .._protocol._ratelog import RateLimitedLog
 from ._catalog import KINDS
 
@@ -22,8 +23,6 @@ logger = logging.getLogger("exmcp_actors.hub")
 #: Colliding names tracked per kind; past it only the first (sorted) are, and it is logged:
 #: servers size their lists, and each tracked name costs memory and may cost a message.
 MAX_TRACKED: Final = 10_000
-#: What identifies an item of each kind.
-_KEYS: Final = {"tools": "name", "prompts": "name", "resources": "uri"}
 HUB_COLLISION: Final = "ex_mcp_hub_collision"
 
 #: kind -> every server's current list of it (server name -> items), in config order.
@@ -105,7 +104,7 @@ class CollisionFeed:
 
     def _recompute(self, kind: str) -> list[HubCollision]:
         """Replace ``current[kind]``; a message for each name whose servers changed."""
-        owners = _owners(self._lists(kind), _KEYS[kind])
+        owners = _owners(self._lists(kind), KEYS[kind])
         colliding = sorted(name for name, servers in owners.items() if len(servers) > 1)
         if len(colliding) > MAX_TRACKED:
             self._log.warning(

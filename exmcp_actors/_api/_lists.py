@@ -8,6 +8,7 @@ the session's kept pages while the server's cache hints say it is fresh (``_list
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
@@ -93,6 +94,9 @@ class Page(NamedTuple):
 
     result: Any
     kept: bool
+    #: ``time.monotonic()`` when its ``ttlMs`` runs out (receipt time for 0); inf where the
+    #: page carries no hints (a legacy connection, a page asked for with ``meta``).
+    fresh_until: float = math.inf
 
 
 def _time_left(method: str, timeout: float | None, deadline: float) -> float:
@@ -151,17 +155,19 @@ class ListCalls:
         lookup = self._run(CachedPage(method, cursor, cache))
         kept = _copy_of(lookup.hit) if lookup.hit is not None else None
         if kept is not None:
-            return Page(kept, True)
+            return Page(kept, True, lookup.expires)
         result = self.request(method, params or None, timeout=timeout)
+        fresh_until = math.inf
         if lookup.ticket is not None:
             ttl_ms, scope = cache_hints(result)
+            fresh_until = time.monotonic() + ttl_ms / 1000.0
             data = _kept_form(result) if ttl_ms > 0 else b""
             if data is None:
                 ttl_ms, data = 0, b""  # a page this thread cannot copy is not kept
             # Nothing to keep, and (after a plain miss) nothing kept that this page supersedes.
             if ttl_ms > 0 or not cache or lookup.hit is not None:
                 self._run(StorePage(lookup.ticket, data, ttl_ms, scope))
-        return Page(result, False)
+        return Page(result, False, fresh_until)
 
     def _paginate(
         self,
@@ -171,37 +177,44 @@ class ListCalls:
         *,
         deadline: float | None = None,
         meta: Meta = None,
+        fresh: list[float] | None = None,
     ) -> list[Any]:
         """Every page of ``method``, each within ``timeout``; all of them by ``deadline``
         (``time.monotonic()``) when given: a walk that is part of another call. Each page's
-        request carries the host's ``meta`` (see :meth:`_fetch_page`)."""
+        request carries the host's ``meta`` (see :meth:`_fetch_page`). ``fresh``, when
+        given, learns when the first of the pages walked goes stale (see :class:`Page`)."""
         checked = check_meta(meta)
-        kept: list[bool] = []
+        pages: list[Page] = []
         try:
-            return self._walk(method, timeout, cache, kept, deadline, checked)
+            items = self._walk(method, timeout, cache, pages, deadline, checked)
         except RequestError as error:
-            if error.code != INVALID_PARAMS or not any(kept):
+            if error.code != INVALID_PARAMS or not any(page.kept for page in pages):
                 raise
             # A kept page led to a cursor the server no longer takes: start afresh, once.
-            return self._walk(method, timeout, False, [], deadline, checked)
+            pages = []
+            items = self._walk(method, timeout, False, pages, deadline, checked)
+        if fresh is not None:
+            fresh.append(min((page.fresh_until for page in pages), default=math.inf))
+        return items
 
     def _walk(
         self,
         method: str,
         timeout: float | None,
         cache: bool,
-        kept: list[bool],
+        pages: list[Page],
         deadline: float | None,
         meta: dict[str, Any] | None,
     ) -> list[Any]:
-        """Every page of ``method``; ``kept`` learns, page by page, which were kept copies."""
+        """Every page of ``method``; ``pages`` learns, page by page, whether each was a kept
+        copy and when it goes stale (without its result)."""
         items: list[Any] = []
         cursor: Any = None
         seen: set[Any] = set()
         for _ in range(MAX_PAGES):
             wait = timeout if deadline is None else _time_left(method, timeout, deadline)
-            result, was_kept = self._fetch_page(method, cursor, cache=cache, timeout=wait, meta=meta)
-            kept.append(was_kept)
+            result, was_kept, fresh_until = self._fetch_page(method, cursor, cache=cache, timeout=wait, meta=meta)
+            pages.append(Page(None, was_kept, fresh_until))
             items.extend(page_items(method, result))
             cursor = result.get("nextCursor")
             if cursor is None:

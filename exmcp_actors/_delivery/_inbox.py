@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from .._protocol._messages import FINAL_TAGS
+from .._protocol._catalog_diff import compose
+from .._protocol._messages import FINAL_TAGS, NOTIFICATION, Notification
 from ._bound import Bound
 
 
@@ -19,13 +20,15 @@ class Inbox:
     Finishing queues a marker behind the last message: ``get`` then ends once drained.
     """
 
-    __slots__ = ("_finished", "_queue", "bound")
+    __slots__ = ("_finished", "_queue", "bound", "owner")
 
     def __init__(self, bound: Bound | None = None) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._finished = False
         #: The handle's ``max_pending`` bound (None: unbounded), applied by :func:`land`.
         self.bound = bound
+        #: The handle it is the inbox of: a :class:`SharedEvent` read here becomes its message.
+        self.owner: Any = None
 
     def put(self, item: Any) -> None:
         self._queue.put(item)
@@ -57,24 +60,47 @@ class Inbox:
             TypeError: a timeout that is not a number.
             ValueError: a negative or NaN timeout.
         """
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(
-                    f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}"
-                )
-            if not timeout >= 0:  # NaN too
-                raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
-            if timeout > threading.TIMEOUT_MAX:
-                timeout = None  # math.inf and the like: forever, as the lock cannot wait longer
+        # The common timeouts pass with two checks: this runs once per message read.
+        if timeout is not None and not (type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _TIMEOUT_MAX):
+            timeout = _checked_timeout(timeout)
         item = self._queue.get(True, timeout)
+        if type(item) is SharedEvent:
+            return _new_tuple(Notification, (NOTIFICATION, self.owner, item.method, item.params))
         if item is _END:
             self._queue.put(_END)  # for the next get, in this thread or another
             raise queue.Empty
         return item
 
 
+class SharedEvent:
+    """One legacy notification put in every inbox it reaches (see ``_runtime._lane.dispatch_now``);
+    each inbox's ``get`` turns it into a :class:`~.._protocol._messages.Notification` for its
+    own handle. Never seen outside an inbox."""
+
+    __slots__ = ("method", "params")
+
+    def __init__(self, method: str, params: dict[str, Any]) -> None:
+        self.method = method
+        self.params = params
+
+
+_new_tuple = tuple.__new__
+
 #: Queued behind an inbox's last message when it is finished.
 _END: Final = object()
+_TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
+_PLAIN_NUMBERS: Final = (float, int)  # not bool, a subclass of int: its type is bool
+
+
+def _checked_timeout(timeout: Any) -> float | None:
+    """A ``get`` timeout the lock can wait for (forever: None); TypeError or ValueError if it is none."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}")
+    if not timeout >= 0:  # NaN too
+        raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
+    if timeout > _TIMEOUT_MAX:
+        return None  # math.inf and the like: forever, as the lock cannot wait longer
+    return timeout
 
 
 def land(inbox: Inbox, messages: list[Any]) -> None:
@@ -93,31 +119,22 @@ def land(inbox: Inbox, messages: list[Any]) -> None:
         inbox.finish()  # the closing message is the last: iteration and get() end after it
 
 
-def land_event(inbox: Inbox, message: Any) -> None:
-    """:func:`land` for one event (never a closing message), without a batch: the reader's
-    fan-out to many inboxes costs one ``put`` each while far below their bounds."""
-    bound = inbox.bound
-    if bound is None or bound.credit <= 0:
-        land(inbox, [message])
-        return
-    bound.credit -= 1
-    bound.sent += 1
-    inbox._queue.put(message)
-
-
 class LatestInbox(Inbox):
     """An inbox that keeps only the newest pending message per key (``key(message)``).
 
     For messages that each carry the full state (a catalog's :class:`CatalogChanged` holds
     the whole list): a host that never reads the inbox costs one message per key, not one
-    per refresh. Messages whose key is None are queued as usual.
+    per refresh. Messages whose key is None are queued as usual. ``merge(waiting, newer)``,
+    if given, makes what is kept of the two (under the inbox's lock: it must be quick).
     """
 
-    __slots__ = ("_key", "_latest", "_lock")
+    __slots__ = ("_key", "_latest", "_lock", "_merge")
 
-    def __init__(self, key: Any) -> None:
+    def __init__(self, key: Any, merge: Callable[[Any, Any], Any] | None = None) -> None:
         super().__init__()
         self._key = key
+        #: (waiting, newer) -> what is kept in their place; None keeps the newer one.
+        self._merge = merge
         self._latest: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
@@ -128,6 +145,8 @@ class LatestInbox(Inbox):
             return
         with self._lock:
             waiting = key in self._latest
+            if waiting and self._merge is not None:
+                item = self._merge(self._latest[key], item)
             self._latest[key] = item
         if not waiting:
             super().put(_Slot(key))
@@ -154,10 +173,22 @@ class _Slot:
 
 
 def catalog_key(message: Any) -> Any:
-    """The coalescing key of a :class:`CatalogChanged` (its catalog and kind) or of a
-    :class:`HubCollision` (its hub catalog, kind and name); None for anything else."""
+    """The coalescing key of a :class:`CatalogChanged` (its catalog and kind), of a
+    :class:`CatalogStale` (the same, apart), or of a :class:`HubCollision` (its hub catalog,
+    kind and name); None for anything else."""
     if message[0] == "ex_mcp_catalog_changed":
         return (id(message[1]), message[2])
     if message[0] == "ex_mcp_hub_collision":
         return (id(message[1]), message[2], message[3])
+    if message[0] == "ex_mcp_catalog_stale":  # apart from its kind's changes: neither replaces the other
+        return (id(message[1]), message[2], "stale")
     return None
+
+
+def coalesce_catalog(waiting: Any, newer: Any) -> Any:
+    """The merge of catalog inboxes: a :class:`CatalogChanged` kept in place of one the reader
+    has not taken carries the diff of both, so the reader still learns every change."""
+    if newer[0] != "ex_mcp_catalog_changed":
+        return newer
+    diff = compose(newer.kind, waiting, newer, newer.items)
+    return newer._replace(added=diff.added, removed=diff.removed, changed=diff.changed)

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import pykka
 
-from .._protocol._messages import FINAL_TAGS
+from .._protocol._messages import FINAL_TAGS, STATUS
 from .._util._thread_end import ThreadEnd, current_thread_end
 from ._bound import Bound, handed_over
 from ._inbox import Inbox, land
@@ -40,6 +40,8 @@ class Delivered:
     def __init__(self, handle_id: Any, inbox: Inbox | None) -> None:
         self.id = handle_id
         self._inbox = inbox
+        if inbox is not None:
+            inbox.owner = self
         #: Its ``max_pending`` bound (see ``_bound``).
         self._bound: Bound | None = inbox.bound if inbox is not None else None
         #: What may still start being delivered to it (see :func:`cut`).
@@ -59,7 +61,10 @@ def cut(handle: Delivered, level: int) -> None:
 def _stopped(message: Any) -> bool:
     """Whether ``message`` must not start being delivered any more (see :func:`cut`)."""
     level: int = getattr(message[1], "_cut", LIVE)
-    return level == CUT or (level == FINAL_ONLY and message[0] not in FINAL_TAGS)
+    if level == LIVE:
+        return False
+    # The "closed" status goes with the closing message it announces.
+    return level == CUT or (message[0] not in FINAL_TAGS and not (message[0] == STATUS and message[2] == "closed"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ class SessionConfig:
     elicitations: SeenElicitations = field(default_factory=SeenElicitations)
     #: A ``server/discover`` result the host kept: the first connection adopts it unprobed.
     discover_result: dict[str, Any] | None = None
+    #: Seconds a ready connection may receive nothing before it is probed (None: never).
+    keepalive: float | None = None
 
     @property
     def capabilities(self) -> dict[str, Any]:

@@ -208,6 +208,19 @@ class StageTimeout(NamedTuple):
     serial: int
 
 
+class IdleFor(NamedTuple):
+    """This generation's connection received nothing for the keepalive's seconds: probe it."""
+
+    generation: int
+
+
+class KeepaliveTimeout(NamedTuple):
+    """The keepalive probe with this id, of this generation's connection, went unanswered."""
+
+    generation: int
+    request_id: Any
+
+
 class Relisten(NamedTuple):
     """The backoff after a subscription's own stream dropped is over: listen again."""
 
@@ -304,6 +317,14 @@ class DisarmTimers(NamedTuple):
     kinds: tuple[type, ...]
 
 
+class WatchIdle(NamedTuple):
+    """Tell ``IdleFor(generation)`` once its connection received nothing for ``seconds``, and again
+    each time it stays so; None: stop watching (the connection is gone)."""
+
+    generation: int
+    seconds: float | None
+
+
 class Settle(NamedTuple):
     """Complete a host's future: with ``result``, or with ``error`` when it is set (unless done)."""
 
@@ -398,6 +419,7 @@ Effect = (
     | TaskStatusNoted
     | ElicitationCompleted
     | Stop
+    | WatchIdle
 )
 
 #: Effects performed once the thread that ran the input has let go of the session monitor:

@@ -28,13 +28,15 @@ RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
 TASK_IDS = "taskIds"
 #: Raw hooks: notification methods delivered as they come, known or not (legacy listeners and watches).
 METHODS = "methods"
+#: Connection status messages (:class:`~._messages.Status`) for the handle; no wire key.
+STATUS = "status"
 #: Bounds on ``methods``: the filter rides in every dispatch, and a method is a short name.
 MAX_METHODS = 64
 MAX_METHOD_LENGTH = 256
 
 CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES, LOG_MESSAGES, ELICITATION_COMPLETED)
 WIRE_CATEGORY_KEYS: tuple[str, ...] = (TOOLS, PROMPTS, RESOURCES)
-FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS, METHODS))
+FILTER_KEYS: frozenset[str] = frozenset((*CATEGORY_KEYS, RESOURCE_SUBSCRIPTIONS, TASK_IDS, METHODS, STATUS))
 
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 PROMPTS_LIST_CHANGED = "notifications/prompts/list_changed"
@@ -94,12 +96,14 @@ class NotificationFilter:
         uris: resource URIs, de-duplicated in first-seen order.
         task_ids: task ids (modern peers only), de-duplicated in first-seen order.
         methods: notification methods delivered raw (legacy only), de-duplicated in first-seen order.
+        status: the handle also gets the client's connection status (no wire meaning).
     """
 
     categories: frozenset[str] = frozenset()
     uris: tuple[str, ...] = ()
     task_ids: tuple[str, ...] | None = None
     methods: tuple[str, ...] = ()
+    status: bool = False
 
     def as_dict(self, *, wire: bool = False) -> dict[str, Any]:
         """The normalized filter as a dict: false categories dropped. ``wire``: as
@@ -112,6 +116,8 @@ class NotificationFilter:
             result[TASK_IDS] = list(self.task_ids)
         if self.methods and not wire:
             result[METHODS] = list(self.methods)
+        if self.status and not wire:
+            result[STATUS] = True
         return result
 
     def enables(self, method: str, params: Any, *, sub_resources: bool = False) -> bool:
@@ -200,9 +206,14 @@ def normalize_filter(raw: Any, *, allow_tasks: bool = False, allow_methods: bool
                 reason="task_subscriptions_require_mcp_2026_07_28",
             )
     methods = _methods(raw[METHODS], allow_methods) if METHODS in raw else ()
+    status = raw.get(STATUS, False)
+    if not isinstance(status, bool):
+        raise FilterError(f"{STATUS} must be true or false, got {status!r}", reason="invalid_subscription_filter")
     if not categories and not uris and not task_ids and not methods:
+        # Status alone is refused too: a listen with nothing to listen to is the server's to refuse.
         raise FilterError("the filter enables nothing", reason="empty_subscription_filter")
-    return NotificationFilter(frozenset(categories) if categories else _NO_CATEGORIES, uris, task_ids, methods)
+    categories_set = frozenset(categories) if categories else _NO_CATEGORIES
+    return NotificationFilter(categories_set, uris, task_ids, methods, status)
 
 
 def _methods(value: Any, allowed: bool) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from . import _jsonrpc as rpc
 from ._config import SessionConfig
 from ._errors import ConnectError, ConnectionLost
 from ._handshake import ArmProbeTimer, Failed, Handshake, Negotiated, SendFrame
+from ._keepalive import Keepalive
 from ._listeners import Listeners
 from ._peer_text import peer_text
 from ._pending import PendingTable
@@ -78,6 +79,8 @@ class Lifecycle:
         #: clock is not started until then (``_unarmed_probe`` is the probe waiting for it).
         self._awaiting_reader = False
         self._unarmed_probe: Any = None
+        #: Probes a silent ready connection (only with ``config.keepalive``).
+        self.keepalive = Keepalive(config, effects, ids, pending, self.ready_era, self.keepalive_lost)
 
     @property
     def ready(self) -> bool:
@@ -110,6 +113,7 @@ class Lifecycle:
         self.stages.settle()
         self.attempts = 0
         self._relistening.clear()
+        self._registry.status_all("ready")  # after every Reconnected of this reconnect
 
     def stop(self, reason: Any) -> None:
         """Close for good: from now on the client is disconnected, whatever arrives before the shell stops."""
@@ -119,6 +123,8 @@ class Lifecycle:
     def opened(self, message: ev.Opened) -> None:
         if not self._current(message.generation):
             return
+        if self.connection.was_ready:
+            self._registry.status_all("connecting", {"attempt": self.attempts + 1})
         self._awaiting_reader, self._unarmed_probe = message.reading_reported, None
         # A discover result the host kept stands for the first connection; a reconnect asks afresh.
         known = None if self.connection.was_ready else self.config.discover_result
@@ -156,6 +162,12 @@ class Lifecycle:
         delay = self.config.backoff.delay(self.attempts + 1)
         logger.info("%s: reconnect attempt %d failed (%s); next in %.2fs", self.name, self.attempts, error, delay)
         self.connection.move(Move.RETRY)
+        self._reconnect(delay, ("attempt_failed", self.last_error))
+
+    def _reconnect(self, delay: float, reason: Any) -> None:
+        """Open attempt ``attempts + 1`` after ``delay``; handles asking for it are told why."""
+        detail = {"attempt": self.attempts + 1, "delay": delay, "reason": reason}
+        self._registry.status_all("reconnecting", detail)
         self._open(delay)
 
     def _run_handshake(self, actions: list[Any]) -> None:
@@ -215,11 +227,16 @@ class Lifecycle:
         """Forget the current connection: its late frames and answers are ignored from now on."""
         self.generation += 1
         self._pending.fail_all(ConnectionLost("the connection was lost"))
+        if self.config.keepalive is not None:
+            self._fx.do(ev.WatchIdle(self.generation, None))
 
     def _negotiated(self, result: Negotiated) -> None:
         previous_era = self.era
         self.negotiated = result
         self._fx.do(ev.TransportNegotiated(result.protocol_version, result.era, result.capabilities))
+        self._registry.ready_detail = {"era": result.era, "protocolVersion": result.protocol_version}
+        if self.config.keepalive is not None:
+            self._fx.do(ev.WatchIdle(self.generation, self.config.keepalive))
         first = not self.connection.was_ready
         self.connection.move(Move.NEGOTIATED)
         logger.info("%s: ready, MCP %s (%s era)", self.name, result.protocol_version, result.era)
@@ -295,13 +312,28 @@ class Lifecycle:
         # (a close reason, a status line), and any transport, the host's own too, may send them.
         reason = peer_text(message.reason, _REASON_CHARS)
         logger.warning("%s: transport lost: %s", self.name, reason)
+        self._lose(reason, ("transport_closed", reason))
+
+    def ready_era(self, generation: int) -> str | None:
+        """The era of the ready connection ``generation`` names; None if it names no such one."""
+        return self.era if self._current(generation) and self.ready else None
+
+    def keepalive_lost(self, term: Any, text: str) -> None:
+        """The ready connection in hand left a keepalive probe unanswered: it is lost (``term``
+        is the client's closing reason if it does not reconnect)."""
+        logger.warning("%s: %s; the connection is taken as lost", self.name, text)
+        self._lose(text, term)
+
+    def _lose(self, reason: str, term: Any) -> None:
+        """The connection in hand is gone (``reason`` in words); ``term``: the closing reason
+        if the client does not reconnect, and what a reconnecting status says."""
         self.last_error = reason
         self._drop_connection()
         if not self.connection.was_ready:
             self._attempt_failed(ConnectError(f"the connection closed during the handshake: {reason}"))
             return
         if not self.config.reconnect:
-            self.stop(("transport_closed", reason))
+            self.stop(term)
             return
         if not self.ready:
             # The attempt opened but was lost before it was ready: it counts as a failed attempt.
@@ -314,7 +346,7 @@ class Lifecycle:
             self._attempt_failed(ConnectError(f"the connection closed while resubscribing: {reason}"))
             return
         self.attempts = 0
-        self._open(self.config.backoff.delay(1))
+        self._reconnect(self.config.backoff.delay(1), term)
 
     def _lose_ready(self) -> None:
         """A ready connection is gone: hold legacy delivery, and re-listen modern subscriptions later."""

@@ -77,6 +77,8 @@ class PageLookup(NamedTuple):
 
     hit: bytes | None
     ticket: Ticket | None
+    #: When the kept page goes stale (the cache's clock); meaningless without a hit.
+    expires: float = 0.0
 
 
 class _Page(NamedTuple):
@@ -134,6 +136,11 @@ class ListCache:
 
     def lookup(self, method: str, cursor: Any, *, context: str, generation: int) -> bytes | None:
         """A fresh page for ``context`` (its own private one first, then a public one)."""
+        found = self.find(method, cursor, context=context, generation=generation)
+        return None if found is None else found[0]
+
+    def find(self, method: str, cursor: Any, *, context: str, generation: int) -> tuple[bytes, float] | None:
+        """As :meth:`lookup`, with when the page goes stale."""
         self._connection(generation)
         now = self._clock()
         for key in self._keys(method, cursor, context):
@@ -142,7 +149,7 @@ class ListCache:
                 continue
             if now < page.expires:
                 self._pages.move_to_end(key)
-                return page.data
+                return page.data, page.expires
             self._drop(key)
         return None
 

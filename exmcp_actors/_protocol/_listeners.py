@@ -89,6 +89,7 @@ class Listeners:
         entry = self._registry.add(handle, kind, "legacy", flt, subscriber, state)
         if activate:
             self._registry.index.add(handle.id, flt, entry)
+            self._registry.status(entry, "ready")
 
     def activate(self, listener_id: Any, ready: bool, status: str) -> None:
         registry = self._registry
@@ -104,6 +105,7 @@ class Listeners:
             return  # a watch whose peer turned modern meanwhile: it listens as a subscription already
         entry.to(EntryState.ACTIVE)
         registry.index.add(entry.handle.id, entry.requested, entry)
+        registry.status(entry, "ready")  # its first message: the client it was opened on is ready
 
     def abandon(self, listener_id: Any) -> None:
         self._registry.forget(listener_id)

@@ -46,13 +46,11 @@ class ServerLists:
             return PageLookup(None, None)
         context, generation = self._auth_context(), self._generation()
         cache = self.cache
-        hit = (
-            cache.lookup(message.method, message.cursor, context=context, generation=generation)
-            if message.use
-            else None
+        found = (
+            cache.find(message.method, message.cursor, context=context, generation=generation) if message.use else None
         )
         ticket = cache.ticket(message.method, message.cursor, context=context, generation=generation)
-        return PageLookup(hit, ticket)
+        return PageLookup(None, ticket) if found is None else PageLookup(found[0], ticket, found[1])
 
     def store(self, message: StorePage) -> bool:
         return self.cache.store(

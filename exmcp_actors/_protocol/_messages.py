@@ -107,3 +107,24 @@ SUBSCRIPTION_CLOSED: Final = "ex_mcp_subscription_closed"
 
 #: Tags after which a handle receives nothing more.
 FINAL_TAGS = frozenset((CLOSED, SUBSCRIPTION_CLOSED))
+
+
+class Status(NamedTuple):
+    """The client's connection status, for a handle whose filter has ``"status": True``; in
+    order with the handle's other messages (``"reconnecting"`` before the ``Reconnected`` of
+    that reconnect, ``"ready"`` after it, ``"closed"`` just before the closing message)."""
+
+    tag: Literal["ex_mcp_status"]
+    #: The Listener, Subscription or Watch it was delivered for.
+    handle: Any
+    #: ``"connecting"``, ``"ready"``, ``"reconnecting"`` or ``"closed"``.
+    state: str
+    #: ``ready``: ``{"era", "protocolVersion"}``; ``reconnecting``: ``{"attempt", "delay",
+    #: "reason"}``; ``connecting``: ``{"attempt"}``; ``closed``: ``{"reason"}`` (the closing
+    #: message's reason).
+    detail: dict[str, Any]
+
+
+STATUS: Final = "ex_mcp_status"
+#: The states a Status reports.
+STATUS_STATES: Final = ("connecting", "ready", "reconnecting", "closed")

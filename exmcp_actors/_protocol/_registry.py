@@ -59,6 +59,8 @@ class Entry:
     #: Listens again after the server's graceful answer too, as after a drop: a live view (a
     #: watch, a catalog's subscription) follows a server that shut down back after its restart.
     follows_server: bool = False
+    #: The last connection status it was told (``"status"`` filters only; None: none yet).
+    said: str | None = None
 
     @property
     def state(self) -> EntryState:
@@ -96,6 +98,8 @@ class Registry:
         self.by_listen_id: dict[Any, Entry] = {}
         self.index = index
         self._fx = effects
+        #: What a ``"ready"`` status says of the connection in hand (set once it is negotiated).
+        self.ready_detail: dict[str, Any] = {}
 
     def add(
         self, handle: Any, kind: str, era: str, flt: NotificationFilter, subscriber: Any, state: EntryState
@@ -147,11 +151,28 @@ class Registry:
         """Deliver the one closing message and forget the entry (its URIs, if any, are the
         worker's to forget: a close comes with the end of the session that held them)."""
         if entry.state not in UNANNOUNCED:
+            self.status(entry, "closed", {"reason": reason})
             self.emit(entry, entry.closed(reason))
         self._fx.reject(
             entry.ack_future, NotConnected(f"the subscription closed before it was acknowledged: {peer_text(reason)}")
         )
         self.forget(entry.handle.id)
+
+    def status(self, entry: Entry, state: str, detail: dict[str, Any] | None = None) -> None:
+        """Tell an announced entry whose filter asks for it the connection's status, in order with
+        its other messages; ``"ready"`` is told once per outage (never twice in a row)."""
+        if not entry.requested.status or entry.state in UNANNOUNCED or (state == entry.said == "ready"):
+            return
+        entry.said = state
+        if detail is None:
+            detail = dict(self.ready_detail)
+        self.emit(entry, m.Status(m.STATUS, entry.handle, state, detail))
+
+    def status_all(self, state: str, detail: dict[str, Any] | None = None) -> None:
+        """:meth:`status` for every entry (each gets its own copy of ``detail``)."""
+        for entry in list(self.entries.values()):
+            if entry.requested.status:
+                self.status(entry, state, None if detail is None else dict(detail))
 
     def of_era(self, era: str) -> list[Entry]:
         return [entry for entry in self.entries.values() if entry.era == era]

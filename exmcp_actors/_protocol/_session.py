@@ -105,7 +105,7 @@ class Session:
         self.lists = ServerLists(name, lambda: self.era, lambda: self.generation, auth_context)
         #: The host's log level; a modern peer gets it in every request's ``_meta``.
         self.log_level: str | None = None
-        self._handlers = self._inputs()
+        self._handlers = {**self._inputs(), **self.life.keepalive.inputs()}
 
     # -- what the shell reads --------------------------------------------------------------
 

@@ -208,17 +208,18 @@ class Subscriptions:
             return
         first = entry.state is EntryState.AWAITING_ACK
         entry.acknowledged = ack
-        if not first:
-            self._relistened(entry.handle.id)
         handle = entry.handle
         if hasattr(handle, "acknowledged_filter"):
             handle.acknowledged_filter = ack.as_dict()
         if first:
             entry.to(EntryState.LIVE)
+            registry.status(entry, "ready")
             future, entry.ack_future = entry.ack_future, None
             effects.resolve(future, ack)
             self._release_held(entry)
             return
+        # Told after the watch's Reconnected: the last one re-listened settles the connection,
+        # and its "ready" status comes after that Reconnected.
         if entry.kind == "watch":
             # A watch has no snapshot: the re-listen reports like a legacy reconnect. The
             # outage is over, so the next one gets every attempt again (as a resync ends one).
@@ -227,7 +228,9 @@ class Subscriptions:
             entry.to(EntryState.LIVE)
             entry.relisten_attempts = 0
             self._release_held(entry)
+            self._relistened(handle.id)
             return
+        self._relistened(handle.id)
         if entry.state in FETCHING:
             # The snapshot in flight answers an earlier acknowledgment: one more fetch follows
             # it, however many acknowledgments come meanwhile (never a thread for each).
@@ -314,12 +317,13 @@ class Subscriptions:
         entry.acknowledged = NotificationFilter()
         if entry.state is EntryState.AWAITING_ACK:
             entry.to(EntryState.LIVE)
+            self._registry.status(entry, "ready")
             future, entry.ack_future = entry.ack_future, None
             self._fx.resolve(future, entry.acknowledged)
         else:
-            self._relistened(handle.id)
             self._registry.emit(entry, m.Reconnected(m.RECONNECTED, handle, {"resubscribed": [], "failed": []}))
             entry.to(EntryState.LIVE)
+            self._relistened(handle.id)
         entry.relisten_attempts = 0
         entry.held = []
 

@@ -9,8 +9,9 @@ Threads and actors of one client
 - **a reader thread** per open connection (``_transport``): turns bytes into frames.
 - **the refcount worker** (``_refcount_worker``): releases and resubscriptions; its thread
   starts with its first work (``_lazy_worker``), so most clients never have one.
-- **a subscriber proxy** per subscriber (``_subscriber_proxy``): ordered delivery to an
-  actor or a ``put()`` object; its stop hook reports the subscriber's end.
+- **a subscriber proxy** per actor or ``put()`` subscriber (``_subscriber_proxy``): ordered
+  delivery to it; its stop hook reports the subscriber's end. A thread subscriber has the
+  stop hook alone (``InboxStopHook``), with no thread: its messages land in its inboxes.
 - **short-lived threads**: a connector per open attempt, a resync per modern resync.
 - **host pools** (``_host_pool``): run the host's handlers and progress callbacks.
 - **the scheduler** (``_util/_scheduler``, one per process): timers and liveness polls, and
@@ -108,7 +109,8 @@ A thread holding a lock may take only those below it, never one above::
                              > the scheduler's; HostRuntime's early-status lock > a task
                              handle's, a Book's; LazyWorker's (held to start the worker, or to
                              do in place what needs no worker) > SharedBook.lock and pykka's
-                             registry. A ThreadEnd runs its callbacks with no lock
+                             registry; Shell._proxy_lock > an InboxStopHook's (held only to
+                             end it once). A ThreadEnd runs its callbacks with no lock
                              held (in the ending thread; none at exit nor in a forked
                              child); they take LivenessWatcher._lock
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,6 +26,7 @@ from .._protocol._index import ListenerIndex
 from .._protocol._jsonrpc import Frame, RequestBuilder
 from .._protocol._session import Session
 from ._effects import Config, Shell
+from ._idle import IdleWatch
 from ._lane import DeliveryLane
 from ._lazy_worker import LazyWorker
 from ._monitor import SessionMonitor
@@ -32,6 +34,8 @@ from ._shared import SharedState
 from ._subscriber_proxy import SubscriberDown
 
 logger = logging.getLogger("exmcp_actors")
+
+_monotonic = time.monotonic
 
 #: Seconds the shutdown waits for the monitor before closing the session anyway (a holder
 #: only runs short, non-blocking steps, so this is never reached unless the library has a bug).
@@ -56,16 +60,22 @@ class InspectClient(NamedTuple):
 
 class ConnectionSink:
     """The FrameSink of one connection: tags what it reads with the connection's generation,
-    and delivers what it may through the lane (see ``_lane``)."""
+    and delivers what it may through the lane (see ``_lane``); with a keepalive, stamps when."""
 
-    __slots__ = ("_generation", "_lane", "_tell")
+    __slots__ = ("_generation", "_idle", "_lane", "_tell")
 
-    def __init__(self, actor_ref: pykka.ActorRef[Any], generation: int, lane: DeliveryLane) -> None:
+    def __init__(
+        self, actor_ref: pykka.ActorRef[Any], generation: int, lane: DeliveryLane, idle: IdleWatch | None = None
+    ) -> None:
         self._tell = actor_ref.tell
         self._generation = generation
         self._lane = lane
+        self._idle = idle
 
     def frames_received(self, frames: list[Frame]) -> None:
+        idle = self._idle
+        if idle is not None:
+            idle.last = _monotonic()
         try:
             self._lane.take(self._generation, frames, self._forward)
         except pykka.ActorDeadError:
@@ -99,7 +109,9 @@ class ClientActor(pykka.ThreadingActor):
         #: Readers deliver plain notifications through it; the session changes the index under its lock.
         self.lane = DeliveryLane(ListenerIndex())
         self.shell = Shell(config, shared, self.lane, name)
-        self.shell.attach(self.actor_ref, lambda generation: ConnectionSink(self.actor_ref, generation, self.lane))
+        idle = self.shell.idle if config.session.keepalive is not None else None
+        ref, lane = self.actor_ref, self.lane
+        self.shell.attach(ref, lambda generation: ConnectionSink(ref, generation, lane, idle))
         self.session = Session(config.session, ids, self.lane, name, auth_context=config.transport.auth_context)
         tools = self.session.lists.tools
         tools.mirrored = config.transport.mirror_tool_arguments(tools.param_headers)
@@ -170,6 +182,8 @@ class ClientActor(pykka.ThreadingActor):
             state = session.inspect()
             shell = self.shell
             state["liveness"] = shell.watcher.counts()
+            probes = session.life.keepalive
+            state["keepalive"] = (probes.sent, probes.answered)  # probes sent, and answered
             # Armed and not yet fired: what can still wake this client.
             state["timers"] = sum(1 for timer in shell.timers if not timer.done)
             return state
@@ -214,6 +228,7 @@ class ClientActor(pykka.ThreadingActor):
             logger.exception("%s: closing the session failed", self.name)
         for timer in list(shell.timers):
             timer.cancel()
+        shell.idle.stop()
         shell.watcher.close()
         if self.config.host is not None:
             self.config.host.close()

@@ -33,10 +33,11 @@ from .._protocol._state import Phase
 from .._transport._base import FrameSink, Transport
 from .._util._scheduler import TimerHandle, call_later
 from ._host_pool import HostRuntime
+from ._idle import IdleWatch
 from ._lane import DeliveryLane, flush
 from ._lazy_worker import LazyWorker
 from ._shared import SharedState
-from ._subscriber_proxy import LivenessWatcher, SubscriberProxy
+from ._subscriber_proxy import InboxStopHook, LivenessWatcher, ProxyRef, SubscriberProxy
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -69,6 +70,8 @@ class Shell:
         self.lane = lane
         self.name = name
         self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
+        #: The keepalive's watch for a silent connection (armed only with a keepalive).
+        self.idle = IdleWatch(self.tell_actor)
         self.worker: LazyWorker | None = None
         self.fetch_snapshot: Callable[[NotificationFilter], Any] | None = None
         #: Why the client is stopping (a Stop effect, or a host's disconnect()).
@@ -203,14 +206,19 @@ class Shell:
 
     # -- proxies ---------------------------------------------------------------------------
 
-    def start_proxy(self, subscriber: Subscriber) -> pykka.ActorRef[Any]:
+    def start_proxy(self, subscriber: Subscriber) -> ProxyRef:
         assert self._actor is not None
-        ref = SubscriberProxy.start(subscriber.key, subscriber.target, self._actor, self.shared.adopt_current_thread)
+        ref: ProxyRef
+        if subscriber.target is None:  # a thread: its inboxes need no proxy, only the stop hook
+            ref = InboxStopHook(subscriber.key, self._actor)
+        else:
+            adopt = self.shared.adopt_current_thread
+            ref = SubscriberProxy.start(subscriber.key, subscriber.target, self._actor, adopt)
         if subscriber.watched:
             self.watcher.watch(subscriber.key, subscriber.alive, ref, subscriber.end)
         return ref
 
-    def replace_proxy(self, slot: Slot, found: pykka.ActorRef[Any] | None) -> pykka.ActorRef[Any]:
+    def replace_proxy(self, slot: Slot, found: ProxyRef | None) -> ProxyRef:
         """Start a slot's proxy if the slot still has what was ``found`` there: None (not
         started yet: the registration's StartProxy, or a reader that delivers before it) or a
         proxy stopped from outside (not by its subscriber's death). Once, whichever thread
@@ -220,8 +228,7 @@ class Shell:
                 if found is not None:
                     logger.info("%s: proxy of %s stopped from outside; starting another", self.name, slot.key)
                 slot.ref = self.start_proxy(slot.subscriber)
-            ref: pykka.ActorRef[Any] = slot.ref
-            return ref
+            return slot.ref
 
     # -- the performers --------------------------------------------------------------------
 
@@ -306,6 +313,9 @@ class Shell:
             timer.cancel()
             del self.timers[timer]
 
+    def _watch_idle(self, session: Session, effect: ev.WatchIdle) -> None:
+        self.idle.watch(effect.generation, None if self.stopping.is_set() else effect.seconds)
+
     def _to_worker(self, session: Session, effect: ev.ToWorker) -> None:
         if self.worker is not None:
             try:
@@ -382,4 +392,5 @@ PERFORMERS: dict[type, Callable[[Shell, Session, Any], None]] = {
     ev.TaskStatusNoted: Shell._task_status,
     ev.ElicitationCompleted: Shell._elicitation_completed,
     ev.Stop: Shell._stop_client,
+    ev.WatchIdle: Shell._watch_idle,
 }

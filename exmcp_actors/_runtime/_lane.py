@@ -27,10 +27,11 @@ from typing import Any
 import pykka
 
 from .._delivery._bound import admit_to_proxy
-from .._delivery._inbox import Inbox, land
+from .._delivery._inbox import Inbox, SharedEvent, land
+from .._protocol import _messages as m
 from .._protocol._events import Outbox, Settle
-from .._protocol._filters import NotificationFilter
-from .._protocol._index import ListenerIndex, dispatch, for_a_subscription, notification_parts
+from .._protocol._filters import ELICITATION_COMPLETE, NotificationFilter, event_message
+from .._protocol._index import ListenerIndex, for_a_subscription, notification_parts
 from .._protocol._jsonrpc import Frame
 from ._monitor import settle_all
 from ._subscriber_proxy import Deliver
@@ -38,6 +39,8 @@ from ._subscriber_proxy import Deliver
 #: ``replace(slot, found_ref) -> ref or None``: the proxy of a slot found with none yet (None)
 #: or with a stopped one (see ``Shell.replace_proxy``).
 Replace = Callable[[Any, Any], Any]
+
+_new_tuple = tuple.__new__
 
 #: Releases the GIL and the CPU for a moment (one syscall).
 _yield_gil: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
@@ -79,6 +82,42 @@ def flush(out: Outbox, replace: Replace) -> None:
         except pykka.ActorDeadError:
             pass  # the client is going down with its subscribers: nobody left to deliver to
     out.clear()
+
+
+def dispatch_now(index: ListenerIndex[Any], method: str, params: dict[str, Any], out: Outbox) -> bool:
+    """``_index.dispatch`` for the reader; True if it reached anyone.
+
+    A message for an inbox lands at once, one for a proxy waits in ``out`` for :func:`flush`.
+    Each inbox is one handle's and the reader always lands it here, so its order is the wire's.
+    A plain notification lands as one :class:`SharedEvent` put in every inbox it reaches: the
+    reader allocates one object per notification, not one per listener, and a backlog holds
+    one (measured: the per-listener tuples and the collector chasing them were most of the
+    cost of a fan-out to 1,000 listeners)."""
+    reached = index.reached(method, params)
+    if reached:
+        shared = SharedEvent(method, params) if method != ELICITATION_COMPLETE else None
+        for entry in reached:
+            route = entry.route
+            if type(route) is not Inbox:
+                out.setdefault(route, []).append(event_message(entry.handle, method, params))
+                continue
+            bound = route.bound
+            # land()'s own fast path, for one message without a list: far below the bound,
+            # one put (see Bound.credit).
+            if shared is not None and bound is not None and bound.credit > 0:
+                bound.credit -= 1
+                bound.sent += 1
+                route._queue.put(shared)
+            else:
+                land(route, [event_message(entry.handle, method, params)])
+    raw = index.reached_raw(method, params)
+    for entry in raw:
+        message = _new_tuple(m.RawNotification, (m.RAW_NOTIFICATION, entry.handle, method, params))
+        if type(entry.route) is Inbox:
+            land(entry.route, [message])
+        else:
+            out.setdefault(entry.route, []).append(message)
+    return bool(reached) or bool(raw)
 
 
 class DeliveryLane:
@@ -128,6 +167,7 @@ class DeliveryLane:
                 return False
             out: Outbox = {}
             index, replace = self.index, self.replace
+            delivered = False
             for position, frame in enumerate(frames):
                 parts = notification_parts(frame)
                 if parts is None or for_a_subscription(*parts):
@@ -137,11 +177,11 @@ class DeliveryLane:
                         continue  # a host's answer, taken here
                     self._forward(forward, frames[position:])
                     return False
-                dispatch(index, parts[0], parts[1], out)
-            if not out:
-                return bool(settles)
-            flush(out, replace)
-            return True
+                if dispatch_now(index, parts[0], parts[1], out):
+                    delivered = True
+            if out:
+                flush(out, replace)
+            return delivered or bool(settles)
 
     def _forward(self, forward: Callable[[list[Frame]], None], frames: list[Frame]) -> None:
         self._backlog += 1
@@ -170,6 +210,10 @@ class DeliveryLane:
 
     def add(self, key: Hashable, flt: NotificationFilter, entry: Any) -> None:
         with self._lock:
+            if flt.status:
+                # Its "ready" status, queued with this change, goes before anything a reader
+                # delivers to it: the lane opens again once the change's messages are flushed.
+                self._open_for = None
             self.index.add(key, flt, entry)
 
     def remove(self, key: Hashable) -> None:

@@ -1,14 +1,16 @@
 """Subscriber proxies: ordered delivery to a subscriber, and the death that removes it.
 
-One :class:`SubscriberProxy` actor per subscriber serializes delivery to it
-(so its messages keep wire order) and, when it stops for any reason, tells
-the client that the subscriber is gone. pykka has no monitors, so a
+One :class:`SubscriberProxy` actor per actor or ``put()`` subscriber serializes
+delivery to it (so its messages keep wire order) and, when it stops for any
+reason, tells the client that the subscriber is gone; a thread subscriber's
+stand-in, :class:`InboxStopHook`, only tells (its inboxes need no thread). pykka has no monitors, so a
 :class:`LivenessWatcher` per client stops the proxies of dead subscribers without
 waiting for traffic: told by a thread's end where Python allows it, polling the rest.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -27,6 +29,10 @@ logger = logging.getLogger("exmcp_actors")
 
 #: How often the liveness watcher looks at subscribers (seconds).
 LIVENESS_INTERVAL = 0.05
+
+#: A subscriber's stop hook: its :class:`SubscriberProxy` (an ``ActorRef``), or for a thread
+#: subscriber an :class:`InboxStopHook`. Both take ``tell``, ``stop``, ``is_alive``, ``actor_urn``.
+ProxyRef = Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +61,8 @@ class SubscriberProxy(pykka.ThreadingActor):
     """One per subscriber: reports the subscriber's death to the client (its stop hook),
     and delivers in order to an actor (``tell``) or a ``put()`` object.
 
-    Inbox subscribers (threads) get their messages from the client actor directly, since an
-    inbox never blocks; their proxy is there for the stop hook.
+    Inbox subscribers (threads) get their messages straight in their inboxes, since an inbox
+    never blocks, and need only the stop hook: an :class:`InboxStopHook`, with no thread.
     """
 
     use_daemon_thread = True
@@ -98,6 +104,48 @@ class SubscriberProxy(pykka.ThreadingActor):
         self._report_down()
 
 
+class InboxStopHook:
+    """The proxy of a thread subscriber, with no thread: its messages go to its handles' inboxes
+    (never through a proxy), so all it does is the proxy's stop hook. Told ``SubscriberGone``
+    (by the liveness watcher, in the dying thread or on the scheduler) or stopped (retired),
+    it tells the client :class:`SubscriberDown` once, as a proxy's ``on_stop`` would. Like a
+    dead actor's ref, a ``tell`` after that raises ``ActorDeadError``."""
+
+    _numbers = itertools.count(1)
+
+    def __init__(self, key: Any, client_ref: pykka.ActorRef[Any]) -> None:
+        self._key = key
+        self._client_ref = client_ref
+        #: Unique like an actor's: the client matches SubscriberDown to the slot's hook by it.
+        self.actor_urn = f"inbox-stop-hook-{next(self._numbers)}"
+        self._lock = threading.Lock()
+        self._alive = True
+
+    def is_alive(self) -> bool:
+        return self._alive
+
+    def tell(self, message: Any) -> None:
+        if not isinstance(message, SubscriberGone):  # a bug of ours: inboxes are never routed here
+            logger.error("stop hook of %s told %r; only SubscriberGone is expected", self._key, message)
+            return
+        if not self._end(died=True):
+            raise pykka.ActorDeadError(f"{self.actor_urn} is stopped")
+
+    def stop(self, block: bool = True, timeout: float | None = None) -> bool:
+        return self._end(died=False)
+
+    def _end(self, *, died: bool) -> bool:
+        with self._lock:
+            if not self._alive:
+                return False
+            self._alive = False
+        try:
+            self._client_ref.tell(SubscriberDown(self._key, self.actor_urn, died))
+        except pykka.ActorDeadError:
+            pass  # the client is gone already: nobody left to tell
+        return True
+
+
 def _next_poll() -> float:
     """Seconds to the next multiple of the interval: every client's poll falls due at the same
     instant, so the shared scheduler wakes once per interval however many clients poll."""
@@ -117,13 +165,11 @@ class LivenessWatcher:
     def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
-        self._polled: dict[Any, tuple[Callable[[], bool], pykka.ActorRef[Any]]] = {}
+        self._polled: dict[Any, tuple[Callable[[], bool], ProxyRef]] = {}
         self._told: dict[Any, tuple[ThreadEnd, int]] = {}
         self._timer = TimerSlot()
 
-    def watch(
-        self, key: Any, alive: Callable[[], bool], proxy: pykka.ActorRef[Any], end: ThreadEnd | None = None
-    ) -> None:
+    def watch(self, key: Any, alive: Callable[[], bool], proxy: ProxyRef, end: ThreadEnd | None = None) -> None:
         """Watch one subscriber's proxy: told by ``end`` when given, else polled with ``alive``."""
         self.unwatch(key)  # a proxy started again for the same subscriber replaces the last
         if end is not None:
@@ -151,7 +197,7 @@ class LivenessWatcher:
         with self._lock:
             return {"told": len(self._told), "polled": len(self._polled), "polling": int(self._timer.armed)}
 
-    def _ended(self, key: Any, end: ThreadEnd, proxy: pykka.ActorRef[Any]) -> None:
+    def _ended(self, key: Any, end: ThreadEnd, proxy: ProxyRef) -> None:
         """In the ending thread (so it only tells): its subscriber is gone. The key's watch is
         forgotten only if it is still this thread's: a callback taken by an ending thread just
         before its watch was dropped may run after the key (an ``id()``) names another thread."""
@@ -181,7 +227,7 @@ class LivenessWatcher:
             end.cancel(token)  # a long-lived thread keeps nothing of a closed client
 
 
-def _stop(proxy: pykka.ActorRef[Any]) -> None:
+def _stop(proxy: ProxyRef) -> None:
     try:
         proxy.tell(SubscriberGone())
     except pykka.ActorDeadError:

@@ -20,6 +20,8 @@ each behind a flag so the default peer stays as every other test knows it.
 
 ``--runtime-tools`` adds ``add_tool {name}`` and ``remove_tool {name}``, which register or
 drop a tool ``name`` (calling it answers its name) and then send ``tools/list_changed``.
+``add_tool``'s optional ``catdiff_properties`` (an object) becomes that tool's inputSchema
+``properties``, also for a tool it added before (a reshape).
 
 ``stats`` then also reports ``runs`` (per extra tool) and ``posts`` (per target, HTTP).
 ``--cache-ttl-ms MS`` (with ``--cache-scope``) puts those cache hints on every list result.
@@ -145,6 +147,8 @@ class Extras:
     #: --runtime-tools: add_tool / remove_tool, and the tools they added (in order).
     runtime: bool = False
     added: list[str] = field(default_factory=list)
+    #: add_tool's catdiff_properties: tool -> its inputSchema properties.
+    catdiff_shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Cache hints put on every list result (None: the SDK's default, ttlMs 0).
     cache_ttl_ms: int | None = None
     cache_scope: str = "public"
@@ -161,7 +165,10 @@ class Extras:
         tools = [*base, _route(self.region_header), *EXTRA_TOOLS] if self.enabled else list(base)
         if self.runtime:
             added = [
-                types.Tool(name=name, description="Added at run time.", input_schema=_object({})) for name in self.added
+                types.Tool(
+                    name=name, description="Added at run time.", input_schema=_object(self.catdiff_shapes.get(name, {}))
+                )
+                for name in self.added
             ]
             tools += [*RUNTIME_TOOLS, *added]
         return tools
@@ -190,6 +197,8 @@ class Extras:
             return name
         if name == "add_tool" or name == "remove_tool":
             tool = str(args["name"])
+            if name == "add_tool" and isinstance(args.get("catdiff_properties"), dict):
+                self.catdiff_shapes[tool] = dict(args["catdiff_properties"])
             if name == "add_tool" and tool not in self.added:
                 self.added.append(tool)
             elif name == "remove_tool" and tool in self.added:

@@ -238,6 +238,8 @@ class PeerState:
     next_conn: int = 0
     #: --extra-tools and --cache-ttl-ms (tests/peers/sdk_extras.py).
     extras: Extras = field(default_factory=Extras)
+    #: ``ping`` and ``server/discover`` requests received (a client's keepalive probes among them).
+    status_probes: dict[str, int] = field(default_factory=dict)
 
     def tools(self) -> list[types.Tool]:
         return self.extras.tools(TOOLS)
@@ -270,6 +272,7 @@ class PeerState:
             "metas": list(self.metas),
             "runs": dict(self.extras.runs),
             "posts": dict(self.extras.posts),
+            "status_probes": dict(self.status_probes),
         }
 
 
@@ -289,6 +292,8 @@ class SessionTracker:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             self.record(ctx)
+        if ctx.method in ("ping", "server/discover"):
+            self.state.status_probes[ctx.method] = self.state.status_probes.get(ctx.method, 0) + 1
         meta = ctx.params.get("_meta") if ctx.params is not None else None
         if isinstance(meta, Mapping) and any(not str(key).startswith("io.modelcontextprotocol/") for key in meta):
             # What arrived, as it arrived: the tests of a client's meta= read it back from stats.

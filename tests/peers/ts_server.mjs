@@ -25,6 +25,8 @@
 // (waits; records under key whether its request was aborted, by notifications/cancelled or
 // the close of its stream) and was_aborted {key} (that record). The server declares the
 // extension com.example/ts-peer.
+// catdiff_reshape {name, properties}: (re)registers a tool `name` whose inputSchema has those
+// string properties, on every live instance too, then tools/list_changed.
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
@@ -50,6 +52,8 @@ const versions = new Map([
   ['demo://b', 0],
 ]);
 const extraTools = [];
+// catdiff_reshape: tool name -> its string properties.
+const catdiffShapes = new Map();
 // hang: key -> 'running' | 'aborted' | 'finished'.
 const hangs = new Map();
 // Every live server instance (stdio pins one per connection; HTTP makes one per request).
@@ -72,6 +76,18 @@ function text(value) {
   return { content: [{ type: 'text', text: String(value) }] };
 }
 
+// --catfresh-ttl-ms MS: that ttlMs (public) on every 2026-07-28 list result; --catfresh-quiet:
+// tools and resources advertised without listChanged, and catfresh_add {name} adds a tool
+// that later requests list, telling no one.
+const catfreshTtl = option('--catfresh-ttl-ms', undefined);
+const catfreshQuiet = rest.includes('--catfresh-quiet');
+const catfreshHints =
+  catfreshTtl === undefined
+    ? undefined
+    : Object.fromEntries(
+        ['tools/list', 'prompts/list', 'resources/list'].map((m) => [m, { ttlMs: Number(catfreshTtl), cacheScope: 'public' }]),
+      );
+
 function build(ctx) {
   const server = new McpServer(
     { name: 'ts-v2-peer', version: '2.4.0' },
@@ -81,8 +97,16 @@ function build(ctx) {
         tools: { listChanged: true },
         extensions: { 'com.example/ts-peer': { flavour: 'v2' } },
       },
+      cacheHints: catfreshHints,
     },
   );
+  if (catfreshQuiet) {
+    server.server.registerCapabilities({ tools: { listChanged: false }, resources: { listChanged: false } });
+    server.registerTool('catfresh_add', { description: 'Adds a tool silently.', inputSchema: { name: z.string() } }, ({ name }) => {
+      if (!extraTools.includes(name)) extraTools.push(name);
+      return text(`added ${name}`);
+    });
+  }
   server.registerTool('echo', { description: 'Returns its text.', inputSchema: { text: z.string() } }, ({ text: t }) =>
     text(t),
   );
@@ -142,6 +166,21 @@ function build(ctx) {
     { description: "A hang call's record.", inputSchema: { key: z.string() } },
     ({ key }) => text(JSON.stringify({ state: hangs.get(key) ?? null })),
   );
+  server.registerTool(
+    'catdiff_reshape',
+    {
+      description: 'Registers or reshapes a tool, then tools/list_changed.',
+      inputSchema: { name: z.string(), properties: z.array(z.string()) },
+    },
+    ({ name, properties }) => {
+      catdiffShapes.set(name, properties);
+      for (const other of live) catdiffRegister(other, name);
+      announce('tools');
+      return text(`reshaped ${name}`);
+    },
+  );
+  server.catdiffTools = new Map();
+  for (const name of catdiffShapes.keys()) catdiffRegister(server, name);
   for (const name of extraTools) {
     server.registerTool(name, { description: 'Added at run time.' }, () => text(name));
   }
@@ -165,6 +204,12 @@ function build(ctx) {
   }
   live.add(server);
   return server;
+}
+
+function catdiffRegister(server, name) {
+  server.catdiffTools.get(name)?.remove();
+  const shape = Object.fromEntries(catdiffShapes.get(name).map((property) => [property, z.string()]));
+  server.catdiffTools.set(name, server.registerTool(name, { description: 'Reshaped at run time.', inputSchema: shape }, () => text(name)));
 }
 
 if (transport === 'stdio') {

@@ -1,0 +1,117 @@
+"""``exmcp-watch --catalog``: the merged catalog of every server once, then one line per change.
+
+    tool echo                      (``[server] tool echo`` when there are several servers)
+    + tool multiply
+    - tool add
+    ~ resource demo://clock: annotations
+
+With ``--json`` each line is an object: ``{"time", "server", "event", "kind", "key"}``, ``event``
+being ``listed`` (the catalog at the start), ``added``, ``removed`` or ``changed`` (with
+``fields``). ``--count N`` exits 0 after N change lines.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections.abc import Iterator
+from typing import IO, Any, Final
+
+from ._api._catalog import KINDS, CatalogChanged
+from ._api._hub import Hub, HubCatalog
+from ._protocol._catalog_diff import KEYS
+from ._protocol._peer_text import escape_unsafe, peer_text
+
+#: tools -> tool: what a line calls one item of a kind.
+_SINGULAR: Final = {kind: kind[:-1] for kind in KINDS}
+_SIGNS: Final = {"added": "+", "removed": "-", "changed": "~"}
+#: Seconds between two looks at whether any server's catalog is still followed.
+_POLL: Final = 0.5
+
+
+class CatalogPrinter:
+    """Writes catalog lines on ``out``; every name from a server is escaped (and bounded in text)."""
+
+    def __init__(self, out: IO[str], *, as_json: bool, several: bool) -> None:
+        self._out = out
+        self._json = as_json
+        self._several = several
+
+    def line(self, server: str, event: str, kind: str, key: Any, fields: tuple[str, ...] = ()) -> None:
+        if self._json:
+            record: dict[str, Any] = {
+                "time": round(time.time(), 3),
+                "server": server,
+                "event": event,
+                "kind": _SINGULAR[kind],
+                "key": key,
+            }
+            if event == "changed":
+                record["fields"] = list(fields)
+            text = json.dumps(record, default=str, separators=(",", ":"))
+        else:
+            sign = _SIGNS.get(event)
+            text = f"{sign} " if sign else ""
+            text += f"{_SINGULAR[kind]} {peer_text(key) if isinstance(key, str) else peer_text(key, quote=True)}"
+            if fields:
+                text += ": " + ", ".join(peer_text(field, 80) for field in fields)
+            if self._several:
+                text = f"[{peer_text(server, 80)}] {text}"
+            text = escape_unsafe(text)
+        print(text, file=self._out, flush=True)
+
+
+def _listed(catalog: HubCatalog) -> Iterator[tuple[str, str, Any]]:
+    for server, cat in catalog.catalogs.items():
+        for kind in KINDS:
+            for item in getattr(cat, kind):
+                if isinstance(item, dict):
+                    yield server, kind, item.get(KEYS[kind])
+
+
+def _changes(message: CatalogChanged) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    for key in message.added:
+        yield "added", key, ()
+    for key in message.removed:
+        yield "removed", key, ()
+    for key, fields in message.changed.items():
+        yield "changed", key, fields
+
+
+def _drain(catalog: HubCatalog) -> None:
+    while True:
+        try:
+            catalog.get_nowait()
+        except queue.Empty:
+            return
+
+
+def show_catalog(hub: Hub, out: IO[str], err: IO[str], *, as_json: bool, count: int | None) -> int:
+    """Print ``hub``'s merged catalog, then its changes until ``count`` change lines (or every
+    server is gone: status 1); returns the exit status."""
+    with hub.catalog() as catalog:
+        for name, error in catalog.errors.items():
+            print(escape_unsafe(f"exmcp-watch: cannot follow the catalog of {name}: {error}"), file=err, flush=True)
+        if not catalog.handles:
+            return 1
+        printer = CatalogPrinter(out, as_json=as_json, several=len(hub.specs) > 1)
+        _drain(catalog)  # what is queued already is in the lists listed next
+        for server, kind, key in _listed(catalog):
+            printer.line(server, "listed", kind, key)
+        seen = 0
+        while True:
+            try:
+                message = catalog.get(timeout=_POLL)  # short, so a signal is handled promptly
+            except queue.Empty:
+                if not any(cat._worker.is_alive() for cat in catalog.catalogs.values()):
+                    return 1  # every server is gone for good
+                continue
+            if not isinstance(message, CatalogChanged):
+                continue  # a HubCollision: the change lines already say what moved
+            server = message.catalog.client.name
+            for event, key, fields in _changes(message):
+                printer.line(server, event, message.kind, key, fields)
+                seen += 1
+                if count is not None and seen >= count:
+                    return 0

@@ -1,0 +1,99 @@
+"""``exmcp-watch --catalog``: the demo as a subprocess (both eras, text and JSON), two real SDK peers
+in one config (lines labelled, a runtime tool change and a restart), and the printer's escaping."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import exmcp_actors as mcp
+from exmcp_actors import _cli
+from exmcp_actors._cli_catalog import CatalogPrinter
+from tests.cli_helpers import Cli, run_cli
+from tests.sdk_helpers import FAST_BACKOFF
+
+
+def test_demo_catalog_lists_then_shows_the_rename_and_exits_after_count() -> None:
+    done = run_cli("--demo", "--catalog", "--count", "3", timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    listed = [line for line in lines if line[:2] not in ("+ ", "- ", "~ ")]
+    assert listed == [
+        "tool echo",
+        "tool add",
+        "prompt greet",
+        "resource demo://clock",
+        "resource demo://counter",
+        "resource demo://note/0",
+    ]
+    changes = lines[len(listed) :]
+    assert len(changes) == 3
+    assert changes[:2] == ["+ tool multiply", "- tool add"]  # the demo's first rename
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_demo_catalog_as_json_in_both_eras(era: str) -> None:
+    done = run_cli("--demo", "--catalog", "--json", "--era", era, "--count", "5", timeout=30)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    changes = [(r["event"], r["kind"], r["key"], r.get("fields")) for r in records if r["event"] != "listed"]
+    assert len(changes) == 5
+    assert changes[:2] == [("added", "tool", "multiply", None), ("removed", "tool", "add", None)]
+    assert ("changed", "resource", "demo://clock", ["annotations"]) in changes  # its lastModified
+    assert {r["server"] for r in records} == {"demo"}
+
+
+def _event(line: dict[str, Any], server: str, event: str, key: str) -> bool:
+    return line["server"] == server and line["event"] == event and line["key"] == key
+
+
+@pytest.mark.peer_args("--runtime-tools")
+def test_config_of_two_peers_labels_each_line_and_follows_a_restart(
+    sdk_ws_peer: Any, sdk_ws_peer_legacy: Any, tmp_path: Path
+) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"a": {"url": sdk_ws_peer.url}, "b": {"url": sdk_ws_peer_legacy.url}}}))
+    with Cli("--catalog", "--config", str(config)) as cli:
+        cli.wait_line(lambda line: _event(line, "a", "listed", "echo"), "a's echo listed")
+        cli.wait_line(lambda line: _event(line, "b", "listed", "echo"), "b's echo listed")
+        with mcp.connect(sdk_ws_peer_legacy.url, backoff=FAST_BACKOFF) as client:
+            client.call_tool("add_tool", {"name": "catdiff_cli"})
+            cli.wait_line(lambda line: _event(line, "b", "added", "catdiff_cli"), "b's added tool")
+            client.call_tool("add_tool", {"name": "catdiff_cli", "catdiff_properties": {"q": {"type": "number"}}})
+            changed = cli.wait_line(lambda line: _event(line, "b", "changed", "catdiff_cli"), "b's reshaped tool")
+            assert changed["fields"] == ["inputSchema"] and changed["kind"] == "tool"
+        sdk_ws_peer_legacy.kill()
+        sdk_ws_peer_legacy.start()
+        cli.wait_line(lambda line: _event(line, "b", "removed", "catdiff_cli"), "b's tool gone after the restart", 30)
+        rc, _ = cli.interrupt()
+        assert rc in (0, 130), cli.stderr
+        assert "Traceback" not in cli.stderr, cli.stderr
+
+
+def test_the_printer_escapes_and_bounds_what_servers_name() -> None:
+    out = io.StringIO()
+    printer = CatalogPrinter(out, as_json=False, several=True)
+    hostile = "evil\x1b]0;owned\x07\r\nforged\u202e" + "x" * 5000
+    printer.line("srv\x1b[2J", "changed", "tools", hostile, ("inputSchema", "bad\x1bfield"))
+    printer.line("srv", "listed", "resources", 42)  # a key that is no string, as a server may send
+    first, second = out.getvalue().splitlines()
+    assert "\x1b" not in first and "\x07" not in first and "\u202e" not in first
+    assert first.startswith("[srv\\x1b[2J] ~ tool evil\\x1b]0;owned\\x07\\x0d\\x0aforged\\u202e")
+    assert first.endswith(": inputSchema, bad\\x1bfield") and len(first) < 400
+    assert second == "[srv] resource 42"
+    as_json = io.StringIO()
+    CatalogPrinter(as_json, as_json=True, several=False).line("s", "added", "prompts", hostile)
+    record = json.loads(as_json.getvalue())
+    assert record["key"] == hostile and record["kind"] == "prompt" and "\x1b" not in as_json.getvalue()
+
+
+def test_catalog_with_uri_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _cli.run(["--demo", "--catalog", "--uri", "demo://clock"], io.StringIO(), io.StringIO())
+    assert exited.value.code == 2
+    assert "--catalog shows only the lists: give one of them" in capsys.readouterr().err
