@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from ._api._config import ConfigError, load_config
 from ._api._hub import Hub
 from ._cli_catalog import show_catalog
+from ._cli_resource import show_resource
 from ._protocol._backoff import Backoff
 from ._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED
 from ._protocol._peer_text import escape_unsafe
@@ -110,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--catalog", action="store_true", help="print the merged catalog once, then a line per change (+ - ~)"
     )
+    parser.add_argument("--resource", metavar="URI", help="print a resource's contents, then again after each change")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
     parser.add_argument("target", nargs="?", help="a ws://, wss://, http:// or https:// URL")
     return parser
@@ -212,6 +214,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     args = parser.parse_args(argv)
     if args.count is not None and args.count < 1:
         parser.error("--count must be a positive number")
+    if args.resource is not None and (args.catalog or args.uri):
+        parser.error("--resource shows one resource's contents: give it without --catalog and --uri")
     if args.catalog and args.uri:
         parser.error("--uri watches a resource's content; --catalog shows only the lists: give one of them")
     undo_logging = _log_to(err, args.verbose)
@@ -242,6 +246,8 @@ def _run(
             _say(err, f"cannot connect to {name}: {error}")
         if not hub.clients:
             return 1
+        if args.resource is not None:
+            return show_resource(hub, args.resource, out, err, as_json=args.json, count=args.count)
         if args.catalog:
             return show_catalog(hub, out, err, as_json=args.json, count=args.count)
         watch = hub.watch(_watch_filter(uris))

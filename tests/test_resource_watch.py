@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -202,21 +203,28 @@ def test_a_slow_reader_costs_one_pending_message() -> None:
             assert _next_text(watch) == "last"
 
 
-def test_ttl_ms_keeps_contents_fresh_for_joiners_then_reads_again() -> None:
+def test_ttl_ms_keeps_contents_fresh_for_joiners_and_never_polls() -> None:
     with FakeServer() as server, mcp.connect(server.transport()) as client:
         reader = server.default_handler("resources/read")
         assert reader is not None
         server.on("resources/read", lambda params, ctx: {**reader(params, ctx), "ttlMs": 1000})
         with client.watch_resource(URI) as watch:
             assert _next_text(watch) == f"contents of {URI}"
+            read_at = time.monotonic()
             joiner = client.watch_resource(URI)
             assert _next_text(joiner) == f"contents of {URI}"
             assert server.count("resources/read") == 1  # fresh: the joiner got the kept contents
-            server.set_resource_text(URI, "polled")
-            # No notification: the ttlMs passing makes the watch read again.
-            assert _next_text(watch) == "polled"
-            assert _next_text(joiner) == "polled"
             joiner.close()
+            server.set_resource_text(URI, "changed unannounced")
+            # The ttlMs passing alone reads nothing (no background polling) ...
+            wait_until(lambda: time.monotonic() > read_at + 1.5)
+            assert server.count("resources/read") == 1
+            assert watch.pending() == 0
+            # ... the next handle to join finds the contents stale and reads them once.
+            with client.watch_resource(URI) as late:
+                assert _next_text(late) == "changed unannounced"
+                assert _next_text(watch) == "changed unannounced"
+            assert server.count("resources/read") == 2
 
 
 def test_reconnect_reads_again_and_disconnect_closes() -> None:

@@ -29,8 +29,8 @@ logger = logging.getLogger("exmcp_actors.resource_watch")
 #: the transport's 16 MiB frame limit, so a resource that grows too big gets a
 #: ResourceReadFailed that says so rather than a frame dropped and a read timing out.
 MAX_CONTENTS_CHARS: Final = 8 * 1024 * 1024
-#: A ``ttlMs`` shorter than this still waits this long before the next unprompted read.
-MIN_TTL_POLL: Final = 1.0
+#: A positive ``ttlMs`` keeps a read fresh for joining handles at least this long.
+MIN_FRESH: Final = 1.0
 _UPDATED: Final = "notifications/resources/updated"
 _JOIN_WAIT: Final = 2.0
 
@@ -203,15 +203,10 @@ class ResourceFeed:
     def _step(self) -> bool:
         """Wait for a reason to read, and read once; False once the feed ended."""
         with self._lock:
+            # No timeout: a ttlMs is a freshness hint, never a polling interval (the spec's
+            # caching text says a client SHOULD NOT refetch in the background).
             while not (self._dirty or self._ended):
-                wait = None
-                if self._fresh_until > 0:
-                    wait = self._fresh_until - time.monotonic()
-                    if wait <= 0:
-                        self._fresh_until = 0.0
-                        self._dirty = True  # its ttlMs passed: read again, unprompted
-                        break
-                self._lock.wait(wait)
+                self._lock.wait()
             if self._ended:
                 return False
             self._dirty = False
@@ -272,7 +267,7 @@ class ResourceFeed:
         sealed = digest(contents)
         with self._lock:
             self._latest = (contents, sealed)
-            self._fresh_until = time.monotonic() + max(ttl_ms / 1000, MIN_TTL_POLL) if ttl_ms > 0 else 0.0
+            self._fresh_until = time.monotonic() + max(ttl_ms / 1000, MIN_FRESH) if ttl_ms > 0 else 0.0
             for handle in list(self._handles):
                 handle._offer_contents(contents, sealed)
 

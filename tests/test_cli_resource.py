@@ -1,0 +1,71 @@
+"""``exmcp-watch --resource URI``: the demo as a subprocess (both eras, text and JSON), the
+refusal of --resource beside --catalog or --uri, and the printer's escaping and bounds."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+import exmcp_actors as mcp
+from exmcp_actors._cli_resource import ResourcePrinter
+from tests.cli_helpers import run_cli
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_demo_resource_prints_the_contents_then_each_change(era: str) -> None:
+    done = run_cli("--demo", "--resource", "demo://counter", "--era", era, "--count", "3", timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3
+    values = [int(line.removeprefix("demo://counter = ")) for line in lines]
+    assert values == list(range(values[0], values[0] + 3))  # the counter, then each tick
+
+
+def test_demo_resource_as_json() -> None:
+    done = run_cli("--demo", "--resource", "demo://clock", "--json", "--count", "2", timeout=30)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["event"] for r in records] == ["contents", "contents"]
+    assert all(r["uri"] == "demo://clock" and r["server"] == "demo" for r in records)
+    assert records[0]["contents"][0]["text"] != records[1]["contents"][0]["text"]
+
+
+@pytest.mark.parametrize("extra", [["--catalog"], ["--uri", "demo://clock"]])
+def test_resource_beside_catalog_or_uri_is_refused_saying_why(extra: list[str]) -> None:
+    done = run_cli("--demo", "--resource", "demo://clock", *extra, timeout=30)
+    assert done.returncode == 2
+    assert "--resource shows one resource's contents" in done.stderr
+
+
+def test_a_read_failure_is_a_line_naming_the_uri_and_the_error() -> None:
+    out = io.StringIO()
+    error = mcp.Error("the contents are 9 characters, over the cap of 8", reason=("contents_too_large", 9, 8))
+    ResourcePrinter(out, as_json=False, several=False).line(
+        "srv", mcp.ResourceReadFailed("ex_mcp_resource_read_failed", None, "demo://a", error)
+    )
+    assert out.getvalue().startswith("demo://a: read failed: ")
+    out = io.StringIO()
+    ResourcePrinter(out, as_json=True, several=False).line(
+        "srv", mcp.ResourceReadFailed("ex_mcp_resource_read_failed", None, "demo://a", error)
+    )
+    record = json.loads(out.getvalue())
+    assert record["event"] == "read_failed" and record["uri"] == "demo://a" and record["error"]
+
+
+def test_the_printer_escapes_server_text_and_bounds_it() -> None:
+    out = io.StringIO()
+    printer = ResourcePrinter(out, as_json=False, several=True)
+    hostile = "\x1b]0;owned\x07line1\nline2\u202e" + "x" * 10_000
+    printer.line(
+        "srv\x1b[2J", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a\x1b", [{"text": hostile}])
+    )
+    printer.line("srv", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://b", [{"blob": "AAAA"}]))
+    text = out.getvalue()
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    first, second = text.splitlines()
+    assert first.startswith("[srv\\x1b[2J] demo://a\\x1b = ")
+    assert "line1\\nline2" in first and len(first) < 2200
+    assert second == "[srv] demo://b = <blob of 3 bytes>"
