@@ -29,12 +29,12 @@ from urllib.parse import urlsplit
 from ._api._config import ConfigError, load_config
 from ._api._hub import Hub
 from ._cli_catalog import show_catalog
+from ._cli_lines import PROG, say
 from ._cli_resource import show_resource
 from ._protocol._backoff import Backoff
 from ._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED
 from ._protocol._peer_text import escape_unsafe
 
-PROG: Final = "exmcp-watch"
 #: ``--demo`` watches this resource when no ``--uri`` is given.
 DEMO_URI: Final = "demo://clock"
 _EXIT_INTERRUPTED: Final = 130
@@ -86,11 +86,6 @@ def _log_to(err: IO[str], verbose: bool) -> Callable[[], None]:
         root.setLevel(level)
 
     return undo
-
-
-def _say(err: IO[str], text: str) -> None:
-    """One line on stderr: what a server said may be in it, so no control character is left raw."""
-    print(escape_unsafe(f"{PROG}: {text}"), file=err, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -231,7 +226,7 @@ def _run(
     try:
         config = _servers(args, command, parser)
     except ConfigError as exc:
-        _say(err, str(exc))
+        say(err, str(exc))
         return 2
     uris = args.uri or ([DEMO_URI] if args.demo else [])
     printer = Printer(out, as_json=args.json, colour=out.isatty() and "NO_COLOR" not in os.environ)
@@ -243,7 +238,7 @@ def _run(
             backoff=Backoff(initial=0.2, factor=2.0, maximum=2.0, jitter=0.2),  # a watcher wants the server back soon
         )
         for name, error in hub.errors.items():
-            _say(err, f"cannot connect to {name}: {error}")
+            say(err, f"cannot connect to {name}: {error}")
         if not hub.clients:
             return 1
         if args.resource is not None:
@@ -252,7 +247,7 @@ def _run(
             return show_catalog(hub, out, err, as_json=args.json, count=args.count)
         watch = hub.watch(_watch_filter(uris))
         for name, error in watch.errors.items():
-            _say(err, f"cannot watch {name}: {error}")
+            say(err, f"cannot watch {name}: {error}")
         if not watch.handles:
             return 1
         for name in watch.handles:

@@ -12,7 +12,6 @@ being ``listed`` (the catalog at the start), ``added``, ``removed`` or ``changed
 
 from __future__ import annotations
 
-import json
 import queue
 import time
 from collections.abc import Iterator
@@ -20,8 +19,9 @@ from typing import IO, Any, Final
 
 from ._api._catalog import KINDS, CatalogChanged
 from ._api._hub import Hub, HubCatalog
+from ._cli_lines import LinePrinter, say
 from ._protocol._catalog_diff import KEYS
-from ._protocol._peer_text import escape_unsafe, peer_text
+from ._protocol._peer_text import peer_text
 
 #: tools -> tool: what a line calls one item of a kind.
 _SINGULAR: Final = {kind: kind[:-1] for kind in KINDS}
@@ -30,13 +30,8 @@ _SIGNS: Final = {"added": "+", "removed": "-", "changed": "~"}
 _POLL: Final = 0.5
 
 
-class CatalogPrinter:
+class CatalogPrinter(LinePrinter):
     """Writes catalog lines on ``out``; every name from a server is escaped (and bounded in text)."""
-
-    def __init__(self, out: IO[str], *, as_json: bool, several: bool) -> None:
-        self._out = out
-        self._json = as_json
-        self._several = several
 
     def line(self, server: str, event: str, kind: str, key: Any, fields: tuple[str, ...] = ()) -> None:
         if self._json:
@@ -49,17 +44,14 @@ class CatalogPrinter:
             }
             if event == "changed":
                 record["fields"] = list(fields)
-            text = json.dumps(record, default=str, separators=(",", ":"))
-        else:
-            sign = _SIGNS.get(event)
-            text = f"{sign} " if sign else ""
-            text += f"{_SINGULAR[kind]} {peer_text(key) if isinstance(key, str) else peer_text(key, quote=True)}"
-            if fields:
-                text += ": " + ", ".join(peer_text(field, 80) for field in fields)
-            if self._several:
-                text = f"[{peer_text(server, 80)}] {text}"
-            text = escape_unsafe(text)
-        print(text, file=self._out, flush=True)
+            self._write_json(record)
+            return
+        sign = _SIGNS.get(event)
+        text = f"{sign} " if sign else ""
+        text += f"{_SINGULAR[kind]} {peer_text(key) if isinstance(key, str) else peer_text(key, quote=True)}"
+        if fields:
+            text += ": " + ", ".join(peer_text(field, 80) for field in fields)
+        self._write_text(server, text)
 
 
 def _listed(catalog: HubCatalog) -> Iterator[tuple[str, str, Any]]:
@@ -92,7 +84,7 @@ def show_catalog(hub: Hub, out: IO[str], err: IO[str], *, as_json: bool, count: 
     server is gone: status 1); returns the exit status."""
     with hub.catalog() as catalog:
         for name, error in catalog.errors.items():
-            print(escape_unsafe(f"exmcp-watch: cannot follow the catalog of {name}: {error}"), file=err, flush=True)
+            say(err, f"cannot follow the catalog of {name}: {error}")
         if not catalog.handles:
             return 1
         printer = CatalogPrinter(out, as_json=as_json, several=len(hub.specs) > 1)

@@ -12,16 +12,16 @@ object ``{"time", "server", "event", "uri", ...}``: ``event`` ``contents`` with 
 
 from __future__ import annotations
 
-import json
 import queue
 import time
 from typing import IO, Any, Final
 
 from ._api._hub import Hub
 from ._api._resource_watch import ResourceChanged, ResourceReadFailed, ResourceWatch
+from ._cli_lines import LinePrinter, say
 from ._protocol._errors import Error
 from ._protocol._messages import CLOSED
-from ._protocol._peer_text import escape_unsafe, peer_text
+from ._protocol._peer_text import peer_text
 
 #: Characters of a text content a line shows.
 _TEXT_LIMIT: Final = 2000
@@ -41,13 +41,8 @@ def _shown(contents: list[dict[str, Any]]) -> str:
     return " | ".join(parts) if parts else "<empty>"
 
 
-class ResourcePrinter:
+class ResourcePrinter(LinePrinter):
     """Writes a line per message of the watches; everything from a server is escaped."""
-
-    def __init__(self, out: IO[str], *, as_json: bool, several: bool) -> None:
-        self._out = out
-        self._json = as_json
-        self._several = several
 
     def line(self, server: str, message: Any) -> None:
         if self._json:
@@ -56,17 +51,13 @@ class ResourcePrinter:
                 record.update(event="contents", contents=message.contents)
             else:
                 record.update(event="read_failed", error=str(message.error))
-            text = escape_unsafe(json.dumps(record, default=str, separators=(",", ":")))
+            self._write_json(record)
+            return
+        uri = peer_text(message.uri, 400)
+        if isinstance(message, ResourceChanged):
+            self._write_text(server, f"{uri} = {_shown(message.contents)}")
         else:
-            uri = peer_text(message.uri, 400)
-            if isinstance(message, ResourceChanged):
-                text = f"{uri} = {_shown(message.contents)}"
-            else:
-                text = f"{uri}: read failed: {peer_text(str(message.error), 400)}"
-            if self._several:
-                text = f"[{peer_text(server, 80)}] {text}"
-            text = escape_unsafe(text)
-        print(text, file=self._out, flush=True)
+            self._write_text(server, f"{uri}: read failed: {peer_text(str(message.error), 400)}")
 
 
 def show_resource(hub: Hub, uri: str, out: IO[str], err: IO[str], *, as_json: bool, count: int | None) -> int:
@@ -78,7 +69,7 @@ def show_resource(hub: Hub, uri: str, out: IO[str], err: IO[str], *, as_json: bo
             try:
                 watches[name] = client.watch_resource(uri)
             except Error as exc:
-                print(escape_unsafe(f"exmcp-watch: cannot watch {uri} on {name}: {exc}"), file=err, flush=True)
+                say(err, f"cannot watch {uri} on {name}: {exc}")
         if not watches:
             return 1
         printer = ResourcePrinter(out, as_json=as_json, several=len(hub.specs) > 1)

@@ -34,6 +34,8 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors import Transport
 from exmcp_actors._transport.stdio._watchdog import WATCHDOG
+from tests.peers.launch import peer_argv
+from tests.peers.ts_peer import missing_tools, ts_argv
 
 try:  # an optional test dependency ("bench" extra); /proc is the fallback
     import psutil
@@ -551,3 +553,21 @@ def every_log_record() -> Iterator[list[str]]:
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
+
+
+_NO_TS = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
+#: (peer, protocol) for the stdio servers that speak both eras: the Python SDK server and the
+#: TypeScript SDK v2 server; "auto" gets 2026-07-28 from both.
+STDIO_ERA_PEERS = [
+    pytest.param("sdk", "legacy", id="sdk-legacy"),
+    pytest.param("sdk", "auto", id="sdk-modern"),
+    pytest.param("ts", "legacy", id="ts-legacy", marks=_NO_TS),
+    pytest.param("ts", "auto", id="ts-modern", marks=_NO_TS),
+]
+
+
+def stdio_era_argv(peer: str, protocol: str) -> list[str]:
+    """The command of a :data:`STDIO_ERA_PEERS` server, speaking the era ``protocol`` asks for."""
+    if peer == "ts":
+        return ts_argv()
+    return peer_argv("stdio", "legacy" if protocol == "legacy" else "both")

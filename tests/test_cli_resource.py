@@ -69,3 +69,13 @@ def test_the_printer_escapes_server_text_and_bounds_it() -> None:
     assert first.startswith("[srv\\x1b[2J] demo://a\\x1b = ")
     assert "line1\\nline2" in first and len(first) < 2200
     assert second == "[srv] demo://b = <blob of 3 bytes>"
+
+
+def test_a_json_line_stays_json_whatever_the_text_holds() -> None:
+    out = io.StringIO()
+    text = "del\x7f esc\x1b nel\x85 rlo\u202e"
+    changed = mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a", [{"text": text}])
+    ResourcePrinter(out, as_json=True, several=False).line("srv", changed)
+    line = out.getvalue()
+    assert json.loads(line)["contents"][0]["text"] == text  # escaping made it no other JSON
+    assert "\x1b" not in line and "\x85" not in line and "\u202e" not in line

@@ -11,20 +11,11 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from tests.peers.launch import peer_argv
-from tests.peers.ts_peer import missing_tools, ts_argv
-from tests.sdk_helpers import ClientPool, TapTransport, kill_pid
+from tests.sdk_helpers import STDIO_ERA_PEERS, ClientPool, TapTransport, kill_pid, stdio_era_argv
 
 WAIT = 20.0
 FAST = mcp.Backoff(initial=0.05, factor=2, maximum=0.5, jitter=0.1)
 
-no_ts = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
-PEERS = [
-    pytest.param("sdk", "legacy", id="sdk-legacy"),
-    pytest.param("sdk", "auto", id="sdk-modern"),
-    pytest.param("ts", "legacy", id="ts-legacy", marks=no_ts),
-    pytest.param("ts", "auto", id="ts-modern", marks=no_ts),
-]
 #: peer -> (uri, the tool that changes it, the text of each version)
 SUBJECT: dict[str, tuple[str, str, Any]] = {
     "sdk": ("file:///a.txt", "notify", lambda n: f"a.txt version {n}"),
@@ -52,12 +43,11 @@ def next_contents(watch: mcp.ResourceWatch) -> Any:
     return message.contents[0]["text"]
 
 
-@pytest.mark.parametrize(("peer", "protocol"), PEERS)
+@pytest.mark.parametrize(("peer", "protocol"), STDIO_ERA_PEERS)
 def test_a_watch_carries_contents_across_changes_and_a_kill_and_restart(
     pool: ClientPool, peer: str, protocol: str
 ) -> None:
-    argv = ts_argv() if peer == "ts" else peer_argv("stdio", "legacy" if protocol == "legacy" else "both")
-    tap = TapTransport(mcp.StdioTransport(argv))
+    tap = TapTransport(mcp.StdioTransport(stdio_era_argv(peer, protocol)))
     client = pool.connect(tap, protocol=protocol, backoff=FAST, connect_timeout=WAIT, max_reconnect_attempts=60)
     assert client.era == ("legacy" if protocol == "legacy" else "modern")
     uri, _tool, text = SUBJECT[peer]

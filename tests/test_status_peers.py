@@ -15,9 +15,17 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from tests.peers.launch import Peer, peer_argv
-from tests.peers.ts_peer import missing_tools, ts_argv, ts_http_peer
-from tests.sdk_helpers import ClientPool, TapTransport, kill_pid, process_exists, server_stats
+from tests.peers.launch import Peer
+from tests.peers.ts_peer import missing_tools, ts_http_peer
+from tests.sdk_helpers import (
+    STDIO_ERA_PEERS,
+    ClientPool,
+    TapTransport,
+    kill_pid,
+    process_exists,
+    server_stats,
+    stdio_era_argv,
+)
 from tests.waiting import wait_until
 
 WAIT = 20.0
@@ -26,19 +34,6 @@ PATIENT = 60
 RECONNECTED = "ex_mcp_notification_reconnected"
 
 no_ts = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
-#: (peer, protocol): the era a server speaks is the one the client asks for ("auto": 2026-07-28).
-PEERS = [
-    pytest.param("sdk", "legacy", id="sdk-legacy"),
-    pytest.param("sdk", "auto", id="sdk-modern"),
-    pytest.param("ts", "legacy", id="ts-legacy", marks=no_ts),
-    pytest.param("ts", "auto", id="ts-modern", marks=no_ts),
-]
-
-
-def argv(peer: str, protocol: str) -> list[str]:
-    if peer == "ts":
-        return ts_argv()
-    return peer_argv("stdio", "legacy" if protocol == "legacy" else "both")
 
 
 @pytest.fixture
@@ -49,7 +44,7 @@ def pool() -> Iterator[ClientPool]:
 
 
 def start(pool: ClientPool, peer: str, protocol: str, **options: Any) -> tuple[mcp.Client, TapTransport]:
-    tap = TapTransport(mcp.StdioTransport(argv(peer, protocol)))
+    tap = TapTransport(mcp.StdioTransport(stdio_era_argv(peer, protocol)))
     options.setdefault("max_reconnect_attempts", PATIENT)
     client = pool.connect(tap, protocol=protocol, backoff=FAST, connect_timeout=WAIT, **options)
     assert client.era == ("legacy" if protocol == "legacy" else "modern")
@@ -91,7 +86,20 @@ def assert_a_reconnect(got: list[Any], reason: str) -> None:
     assert got[-3].detail["attempt"] == attempts[-1]
 
 
-@pytest.mark.parametrize(("peer", "protocol"), PEERS)
+def freeze_until_the_keepalive_tells(watch: mcp.Watch, pid: int) -> mcp.Status:
+    """SIGSTOP the server until the watch hears "reconnecting" for a keepalive of 0.5 s;
+    then SIGCONT (the old process may end now: the reconnect stops it)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        first = watch.get(timeout=WAIT)
+        assert isinstance(first, mcp.Status) and first.state == "reconnecting", first
+        assert first.detail["reason"] == ("keepalive_timeout", 0.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return first
+
+
+@pytest.mark.parametrize(("peer", "protocol"), STDIO_ERA_PEERS)
 def test_status_across_a_kill_and_a_restart_of_the_server(pool: ClientPool, peer: str, protocol: str) -> None:
     client, tap = start(pool, peer, protocol)
     watch = status_watch(client)
@@ -105,7 +113,7 @@ def test_status_across_a_kill_and_a_restart_of_the_server(pool: ClientPool, peer
     assert words([watch.get(timeout=WAIT), watch.get(timeout=WAIT)]) == ["closed", "ex_mcp_notification_closed"]
 
 
-@pytest.mark.parametrize(("peer", "protocol"), PEERS)
+@pytest.mark.parametrize(("peer", "protocol"), STDIO_ERA_PEERS)
 def test_keepalive_probes_of_an_idle_connection_are_answered_by_the_server(
     pool: ClientPool, peer: str, protocol: str
 ) -> None:
@@ -121,19 +129,13 @@ def test_keepalive_probes_of_an_idle_connection_are_answered_by_the_server(
         assert counted.get(probe, 0) >= 2, counted
 
 
-@pytest.mark.parametrize(("peer", "protocol"), PEERS)
+@pytest.mark.parametrize(("peer", "protocol"), STDIO_ERA_PEERS)
 def test_a_server_frozen_with_sigstop_is_found_out_by_the_keepalive(pool: ClientPool, peer: str, protocol: str) -> None:
     client, tap = start(pool, peer, protocol, keepalive=0.5)
     watch = status_watch(client)
     pid = tap.pid
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        first = watch.get(timeout=WAIT)
-        assert isinstance(first, mcp.Status) and first.state == "reconnecting", first
-        assert first.detail["reason"] == ("keepalive_timeout", 0.5)
-    finally:
-        os.kill(pid, signal.SIGCONT)  # the old process may end now (the reconnect stops it)
+    first = freeze_until_the_keepalive_tells(watch, pid)
     got = [first, *read_until_ready(watch)]
     assert_a_reconnect(got, "keepalive_timeout")
     assert tap.pid != pid
@@ -195,13 +197,7 @@ def test_an_http_server_frozen_with_sigstop_is_found_out_and_followed_back(pool:
         watch = status_watch(client)
         pid = peer.pid
         assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            first = watch.get(timeout=WAIT)
-            assert isinstance(first, mcp.Status) and first.state == "reconnecting", first
-            assert first.detail["reason"] == ("keepalive_timeout", 0.5)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        first = freeze_until_the_keepalive_tells(watch, pid)
         assert_a_reconnect([first, *read_until_ready(watch)], "keepalive_timeout")
         assert client.list_tools()
 

@@ -111,6 +111,8 @@ class Catalog(Handle):
         self._timeout = timeout
         self._closed = False
         self._started = False
+        #: kind -> whether its latest diff was cut at MAX_DIFFED (see :attr:`diff_truncated`).
+        self._truncated: dict[str, bool] = {}
         advertised = {kind: capabilities[kind] for kind in self.kinds if isinstance(capabilities[kind], dict)}
         notified = frozenset(kind for kind, flags in advertised.items() if flags.get("listChanged") is True)
         self._fresh = Freshness(client.name, self.kinds, notified, self._fetch, self._lists, self._events.put, timeout)
@@ -266,11 +268,7 @@ class Catalog(Handle):
                 self._publish(message.kind, items)
                 self._fresh.published(message.kind, message.version)
         elif self._fresh.still_expired(message):
-            stale = CatalogStale("ex_mcp_catalog_stale", self, message.kind)
-            if self._inbox is not None:
-                self._inbox.put(stale)
-            else:
-                deliver(self._target, [stale])
+            self._emit(CatalogStale("ex_mcp_catalog_stale", self, message.kind))
 
     def _classify(self, message: Any, dirty: set[str]) -> bool:
         """Mark what ``message`` changed in ``dirty``; False when the source ended for good."""
@@ -330,16 +328,16 @@ class Catalog(Handle):
     def _publish(self, kind: str, items: list[dict[str, Any]]) -> None:
         diff = diff_lists(kind, self._lists[kind], items)
         self._lists[kind] = items
-        self._truncated = {**self._truncated, kind: diff.truncated}  # replaced: the default is shared
+        self._truncated[kind] = diff.truncated
         report_diff(_DIFF_LOG, self.client.name, kind, diff)
-        message = CatalogChanged("ex_mcp_catalog_changed", self, kind, items, *diff[:3])
+        self._emit(CatalogChanged("ex_mcp_catalog_changed", self, kind, items, *diff[:3]))
+
+    def _emit(self, message: Any) -> None:
+        """One message for the catalog's own inbox, or its subscriber."""
         if self._inbox is not None:
             self._inbox.put(message)
         else:
             deliver(self._target, [message])
-
-    #: kind -> whether its latest diff was cut at MAX_DIFFED (see :attr:`diff_truncated`).
-    _truncated: dict[str, bool] = {}
 
     @property
     def diff_truncated(self) -> dict[str, bool]:

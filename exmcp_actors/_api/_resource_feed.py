@@ -9,13 +9,12 @@ Changes that arrive during a read leave the flag set: exactly one more read foll
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
 from typing import Any, Final
 
+from .._protocol._catalog_diff import canonical_digest
 from .._protocol._errors import Error, NotConnected, ProtocolError
 from .._protocol._list_cache import cache_hints
 from .._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED, SUBSCRIPTION_RESYNC
@@ -61,12 +60,6 @@ def contents_of(uri: str, result: Any) -> list[dict[str, Any]]:
             reason=("contents_too_large", size, cap),
         )
     return contents
-
-
-def digest(contents: list[dict[str, Any]]) -> bytes:
-    """What "unchanged" compares: the contents as canonical JSON, hashed."""
-    data = json.dumps(contents, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).digest()
 
 
 class ResourceFeed:
@@ -264,7 +257,7 @@ class ResourceFeed:
                 peer_text(self.uri),
             )
         ttl_ms, _scope = cache_hints(result)
-        sealed = digest(contents)
+        sealed = canonical_digest(contents)  # what "unchanged" compares
         with self._lock:
             self._latest = (contents, sealed)
             self._fresh_until = time.monotonic() + max(ttl_ms / 1000, MIN_FRESH) if ttl_ms > 0 else 0.0

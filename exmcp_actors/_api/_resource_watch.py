@@ -163,9 +163,7 @@ class ResourceWatch(Handle):
         if self._courier is not None:
             self._courier.offer(message)
         elif self._actor is not None:
-            try:
-                self._actor.tell(message)
-            except pykka.ActorDeadError:
+            if not deliver(self._actor, [message]):  # a tell: no host code under the feed's lock
                 self._drop_later()
         elif self._inbox is not None:
             self._inbox.put(message)

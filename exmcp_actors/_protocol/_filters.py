@@ -74,6 +74,11 @@ def event_message(handle: Any, method: str, params: dict[str, Any]) -> Any:
     return _new_tuple(m.Notification, (m.NOTIFICATION, handle, method, params))
 
 
+def raw_message(handle: Any, method: str, params: dict[str, Any]) -> Any:
+    """The message a listener whose ``methods`` name ``method`` receives: a :class:`~._messages.RawNotification`."""
+    return _new_tuple(m.RawNotification, (m.RAW_NOTIFICATION, handle, method, params))
+
+
 def signal_key(method: str, params: dict[str, Any]) -> Hashable | None:
     """What a pure change signal is about (None: the notification is not one).
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from . import _messages as m
-from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message
+from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
 
@@ -113,7 +112,6 @@ def _discard(buckets: dict[str, dict[Hashable, T]], name: str, key: Hashable) ->
 # -- routing notifications -----------------------------------------------------------------
 
 ACK_METHOD = "notifications/subscriptions/acknowledged"
-_new_tuple = tuple.__new__
 
 
 def notification_parts(frame: Any) -> tuple[str, dict[str, Any]] | None:
@@ -158,6 +156,4 @@ def dispatch(
             # Indexed entries are legacy listeners and watches: a Notification (or an ElicitationComplete).
             items.append(event_message(entry.handle, method, params))
     for entry in index.reached_raw(method, params):
-        out.setdefault(entry.route, []).append(
-            _new_tuple(m.RawNotification, (m.RAW_NOTIFICATION, entry.handle, method, params))
-        )
+        out.setdefault(entry.route, []).append(raw_message(entry.handle, method, params))

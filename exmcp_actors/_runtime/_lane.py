@@ -28,9 +28,8 @@ import pykka
 
 from .._delivery._bound import admit_to_proxy
 from .._delivery._inbox import Inbox, SharedEvent, land
-from .._protocol import _messages as m
 from .._protocol._events import Outbox, Settle
-from .._protocol._filters import ELICITATION_COMPLETE, NotificationFilter, event_message
+from .._protocol._filters import ELICITATION_COMPLETE, NotificationFilter, event_message, raw_message
 from .._protocol._index import ListenerIndex, for_a_subscription, notification_parts
 from .._protocol._jsonrpc import Frame
 from ._monitor import settle_all
@@ -39,8 +38,6 @@ from ._subscriber_proxy import Deliver
 #: ``replace(slot, found_ref) -> ref or None``: the proxy of a slot found with none yet (None)
 #: or with a stopped one (see ``Shell.replace_proxy``).
 Replace = Callable[[Any, Any], Any]
-
-_new_tuple = tuple.__new__
 
 #: Releases the GIL and the CPU for a moment (one syscall).
 _yield_gil: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
@@ -112,7 +109,7 @@ def dispatch_now(index: ListenerIndex[Any], method: str, params: dict[str, Any],
                 land(route, [event_message(entry.handle, method, params)])
     raw = index.reached_raw(method, params)
     for entry in raw:
-        message = _new_tuple(m.RawNotification, (m.RAW_NOTIFICATION, entry.handle, method, params))
+        message = raw_message(entry.handle, method, params)
         if type(entry.route) is Inbox:
             land(entry.route, [message])
         else:
