@@ -12,6 +12,11 @@ thread that hands every message to the consumers through standard queues):
 - ``1,000 threads x 1 listener``: 1,000 subscriber threads, each with its own
   listener (raw: one ``SimpleQueue`` per thread).
 
+For the first shape a third side, "raw, a message tuple per handle", reads each queue
+through a Python-level getter that returns the handle's own message tuple, as the
+library's ``get()`` does: the floor of any per-handle API in Python, measured so the gap
+to raw splits into what such an API costs and what the library adds.
+
 Deliveries per second = notifications x listeners / (first delivery to last);
 per-delivery cost is its inverse.
 
@@ -26,7 +31,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from exmcp_actors._protocol._messages import NOTIFICATION, Notification
+
 from .common import URI, WAIT, RawStdio, Row, flood_argv, run_in_thread, say
+
+_new_tuple = tuple.__new__
 
 NAME = "fan-out"
 SHAPES = ("thread", "queue", "threads")
@@ -143,8 +152,34 @@ def lib_fanout(shape: str, k: int, n: int) -> float:
         client.disconnect(timeout=30)
 
 
-def raw_fanout(shape: str, k: int, n: int) -> float:
-    """The same shape without the library: a reader thread feeding standard queues."""
+class HandleGetter:
+    """The least a handle's ``get`` can do: take from its queue and return the message as a
+    tuple of its own (tag, handle, method, params), as every subscriber of the library gets."""
+
+    __slots__ = ("handle", "queue")
+
+    def __init__(self, source: queue.SimpleQueue[Any], handle: int) -> None:
+        self.queue = source
+        self.handle = handle
+
+    def get(self, timeout: float | None = None) -> Any:
+        frame = self.queue.get(True, timeout)
+        return _new_tuple(Notification, (NOTIFICATION, self.handle, frame.method, frame.params))
+
+
+class Shared:
+    """What the per-handle floor's reader queues: one object per notification, for every handle."""
+
+    __slots__ = ("method", "params")
+
+    def __init__(self, frame: dict[str, Any]) -> None:
+        self.method = frame["method"]
+        self.params = frame["params"]
+
+
+def raw_fanout(shape: str, k: int, n: int, *, per_handle: bool = False) -> float:
+    """The same shape without the library: a reader thread feeding standard queues
+    (``per_handle``: each read through a :class:`HandleGetter`, the floor of a per-handle API)."""
     raw = RawStdio(flood_argv("stdio"))
     clock = Clock()
     threads: list[threading.Thread] = []
@@ -169,7 +204,8 @@ def raw_fanout(shape: str, k: int, n: int) -> float:
                     p(message)
 
             if shape == "thread":
-                consumer = lambda: consume_round_robin([q.get for q in queues], n, clock)  # noqa: E731
+                gets = [HandleGetter(q, i).get if per_handle else q.get for i, q in enumerate(queues)]
+                consumer = lambda: consume_round_robin(gets, n, clock)  # noqa: E731
             else:
                 threads = start_consumers(k, n, clock, lambda i, thread: queues[i].get)
                 consumer = None
@@ -181,7 +217,7 @@ def raw_fanout(shape: str, k: int, n: int) -> float:
                 message = recv()
                 if message.get("method") == "notifications/resources/updated":
                     seen += 1
-                    fan(message)
+                    fan(Shared(message) if per_handle else message)
 
         raw.call_flood_nowait(URI, n)
         reader, outcome = run_in_thread(read, "bench-raw-reader")
@@ -217,6 +253,15 @@ def run(quick: bool = False) -> list[Row]:
         rows.append(
             Row(NAME, f"{case}: cost per delivery", per, "us", "raw, same shape", per_raw, goal, passed, note=note)
         )
+        if shape == "thread":
+            floor = raw_fanout(shape, k, n, per_handle=True)
+            say(f"  raw, a message tuple per handle: {floor:,.0f} deliveries/s")
+            per_floor = 1e6 / floor
+            label = "raw, a message tuple per handle"
+            rows.append(
+                Row(NAME, f"{case}: {label}, cost per delivery", per_floor, "us", "raw, same shape", per_raw, note=note)
+            )
+            rows.append(Row(NAME, f"{case}: cost per delivery vs {label}", per, "us", label, per_floor, note=note))
     return rows
 
 

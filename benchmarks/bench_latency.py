@@ -12,13 +12,17 @@ Goals, per transport: exmcp_actors' p50 within 1.3x the raw p50,
 its p99 within 1.5x the raw p99, its CPU per message within 1.5x the raw
 reader's. Over HTTP the library's listener is warmed up first (its GET stream
 opens after ``connect()`` returns); the raw reader opens its stream in the
-handshake.
+handshake. A third side, "raw + hand-off", is the raw reader handing each update to
+a host thread through a ``SimpleQueue``: the floor of any design with its own reader
+thread (two wake-ups per message), measured so the library's gap to raw can be split
+into what that design costs and what the library adds.
 
 Run alone: ``python -m benchmarks.bench_latency [--quick]``.
 """
 
 from __future__ import annotations
 
+import queue
 import sys
 import time
 from collections.abc import Callable
@@ -69,6 +73,43 @@ def raw_latencies(client: RawClient, count: int) -> Run:
         cpu = time.process_time() - cpu
         while not isinstance(client, RawHttp) and recv().get("id") != request_id:
             pass  # stdio, ws: the flood call's answer follows its frames (HTTP: it came on the POST)
+        return Run(samples, cpu / count * 1e6)
+    finally:
+        client.close()
+
+
+def handoff_latencies(client: RawClient, count: int) -> Run:
+    """The least any design with its own reader thread costs: the raw reader hands each update
+    to the host thread through a ``SimpleQueue`` (two wake-ups per message, as the library's
+    reader thread and host thread). Timed where the host thread has it, as the library is."""
+    handed: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    try:
+        client.handshake()
+        client.request("resources/subscribe", {"uri": URI})
+        request_id = client.call_flood_nowait(URI, count, rate=RATE, stamp=True)
+        recv = client.recv
+
+        def read() -> None:
+            seen = 0
+            while seen < count:
+                frame = recv()
+                if frame.get("method") == "notifications/resources/updated":
+                    seen += 1
+                    handed.put(frame)
+            while not isinstance(client, RawHttp) and recv().get("id") != request_id:
+                pass  # stdio, ws: the flood call's answer follows its frames
+
+        get, now = handed.get, time.monotonic_ns
+        samples: list[float] = []
+        cpu = time.process_time()
+        reader, outcome = run_in_thread(read, "bench-handoff-reader")
+        for _ in range(count):
+            frame = get(timeout=WAIT)
+            samples.append((now() - frame["params"]["_meta"]["sentNs"]) / 1000)
+        cpu = time.process_time() - cpu
+        reader.join(WAIT)
+        if outcome and isinstance(outcome[0], BaseException):
+            raise outcome[0]
         return Run(samples, cpu / count * 1e6)
     finally:
         client.close()
@@ -127,6 +168,7 @@ def run(quick: bool = False) -> list[Row]:
         runners: dict[str, dict[str, Callable[[], Run]]] = {
             "stdio": {
                 "raw": lambda: raw_latencies(RawStdio(argv), count),
+                "handoff": lambda: handoff_latencies(RawStdio(argv), count),
                 "lib": lambda: lib_latencies(argv, count),
                 "sdk": lambda: Run(*sdk_latencies("stdio", argv, URI, count, RATE)),
             },
@@ -136,6 +178,7 @@ def run(quick: bool = False) -> list[Row]:
             },
             "HTTP": {
                 "raw": lambda: raw_latencies(RawHttp(http_url), count),
+                "handoff": lambda: handoff_latencies(RawHttp(http_url), count),
                 "lib": lambda: lib_latencies(http_url, count, warm=True),
                 "sdk": lambda: Run(*sdk_latencies("http", http_url, URI, count, RATE)),
             },
@@ -186,7 +229,8 @@ def rows_for(
         Row(NAME, f"{case}: raw p50", raw50, "us", note=spread(p50s["raw"])),
         Row(NAME, f"{case}: raw p99", raw99, "us", note=spread(p99s["raw"])),
     ]
-    for name, label in (("lib", "exmcp_actors"), ("sdk", "SDK client")):
+    labels = (("handoff", "raw + hand-off to a host thread"), ("lib", "exmcp_actors"), ("sdk", "SDK client"))
+    for name, label in labels:
         if name not in p50s:
             continue
         p50, p99 = median(p50s[name]), median(p99s[name])
@@ -224,7 +268,29 @@ def rows_for(
                 note="lower is better",
             ),
         ]
+    if "handoff" in p50s:
+        rows += floor_rows(case, p50s, p99s, cpus)
     return rows
+
+
+def floor_rows(
+    case: str, p50s: dict[str, list[float]], p99s: dict[str, list[float]], cpus: dict[str, list[float]]
+) -> list[Row]:
+    """The library beside the hand-off floor: how much of its gap to raw any reader thread
+    handing messages to a host thread pays anyway, and how much is its own."""
+    label = "raw + hand-off"
+    return [
+        Row(
+            NAME,
+            f"{case}: exmcp_actors {what} vs the hand-off floor",
+            median(ours["lib"]),
+            unit,
+            label,
+            median(ours["handoff"]),
+            note="lower is better",
+        )
+        for what, ours, unit in (("p50", p50s, "us"), ("p99", p99s, "us"), ("CPU", cpus, "us CPU/msg"))
+    ]
 
 
 def main() -> None:

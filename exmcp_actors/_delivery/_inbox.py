@@ -60,10 +60,15 @@ class Inbox:
             TypeError: a timeout that is not a number.
             ValueError: a negative or NaN timeout.
         """
-        # The common timeouts pass with two checks: this runs once per message read.
-        if timeout is not None and not (type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _TIMEOUT_MAX):
-            timeout = _checked_timeout(timeout)
-        item = self._queue.get(True, timeout)
+        # This runs once per message read: the queue itself rejects what it cannot wait for,
+        # and only then is the timeout looked at (a clear error, or forever for one too long to
+        # wait for). A bool it would take as 0 or 1 second, so that is refused first.
+        if type(timeout) is bool:
+            _checked_timeout(timeout)
+        try:
+            item = self._queue.get(True, timeout)
+        except (TypeError, ValueError, OverflowError):
+            item = self._queue.get(True, _checked_timeout(timeout))
         if type(item) is SharedEvent:
             return _new_tuple(Notification, (NOTIFICATION, self.owner, item.method, item.params))
         if item is _END:
@@ -89,7 +94,6 @@ _new_tuple = tuple.__new__
 #: Queued behind an inbox's last message when it is finished.
 _END: Final = object()
 _TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
-_PLAIN_NUMBERS: Final = (float, int)  # not bool, a subclass of int: its type is bool
 
 
 def _checked_timeout(timeout: Any) -> float | None:
