@@ -79,6 +79,42 @@ def _drain(catalog: HubCatalog) -> None:
             return
 
 
+class _Shown:
+    """The keys the lines so far have shown, per server and kind: a change that lands between
+    the drain and the listing is in the listed lists already, and is not shown twice."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[str, str], set[Any]] = {}
+
+    def listed(self, server: str, kind: str, key: Any) -> bool:
+        """Record a listed item; False if the listing showed it already."""
+        keys = self._keys.setdefault((server, kind), set())
+        if _hashable(key) in keys:
+            return False
+        keys.add(_hashable(key))
+        return True
+
+    def news(self, server: str, message: CatalogChanged) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+        """The lines of ``message`` that say something the lines so far did not."""
+        keys = self._keys.setdefault((server, message.kind), set())
+        for event, key, fields in _changes(message):
+            held = _hashable(key)
+            if event == "added":
+                if held in keys:
+                    continue
+                keys.add(held)
+            elif event == "removed":
+                if held not in keys:
+                    continue
+                keys.discard(held)
+            yield event, key, fields
+
+
+def _hashable(key: Any) -> Any:
+    """A set member for any key a server sent (a non-string name is shown quoted, as it came)."""
+    return key if isinstance(key, str) else repr(key)
+
+
 def show_catalog(hub: Hub, out: IO[str], err: IO[str], *, as_json: bool, count: int | None) -> int:
     """Print ``hub``'s merged catalog, then its changes until ``count`` change lines (or every
     server is gone: status 1); returns the exit status."""
@@ -89,8 +125,10 @@ def show_catalog(hub: Hub, out: IO[str], err: IO[str], *, as_json: bool, count: 
             return 1
         printer = CatalogPrinter(out, as_json=as_json, several=len(hub.specs) > 1)
         _drain(catalog)  # what is queued already is in the lists listed next
+        shown = _Shown()
         for server, kind, key in _listed(catalog):
-            printer.line(server, "listed", kind, key)
+            if shown.listed(server, kind, key):
+                printer.line(server, "listed", kind, key)
         seen = 0
         while True:
             try:
@@ -102,7 +140,7 @@ def show_catalog(hub: Hub, out: IO[str], err: IO[str], *, as_json: bool, count: 
             if not isinstance(message, CatalogChanged):
                 continue  # a HubCollision: the change lines already say what moved
             server = message.catalog.client.name
-            for event, key, fields in _changes(message):
+            for event, key, fields in shown.news(server, message):
                 printer.line(server, event, message.kind, key, fields)
                 seen += 1
                 if count is not None and seen >= count:

@@ -12,7 +12,8 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors import _cli
-from exmcp_actors._cli_catalog import CatalogPrinter
+from exmcp_actors._api._catalog import CatalogChanged
+from exmcp_actors._cli_catalog import CatalogPrinter, _Shown
 from tests.cli_helpers import Cli, run_cli
 from tests.sdk_helpers import FAST_BACKOFF
 
@@ -90,6 +91,22 @@ def test_the_printer_escapes_and_bounds_what_servers_name() -> None:
     CatalogPrinter(as_json, as_json=True, several=False).line("s", "added", "prompts", hostile)
     record = json.loads(as_json.getvalue())
     assert record["key"] == hostile and record["kind"] == "prompt" and "\x1b" not in as_json.getvalue()
+
+
+def test_a_change_already_in_the_listed_lists_is_not_shown_twice() -> None:
+    # A change that lands between the drain and the listing is in both: the listing shows its
+    # result, and its change lines then show only what the listing did not.
+    shown = _Shown()
+    assert [shown.listed("s", "tools", key) for key in ("a", "b", "b", 7)] == [True, True, False, True]
+
+    def change(added: list[Any], removed: list[Any], changed: dict[Any, tuple[str, ...]]) -> CatalogChanged:
+        return CatalogChanged("ex_mcp_catalog_changed", None, "tools", [], added, removed, changed)
+
+    lines = list(shown.news("s", change(["b", "c"], ["a", "gone"], {"b": ("inputSchema",)})))
+    assert lines == [("added", "c", ()), ("removed", "a", ()), ("changed", "b", ("inputSchema",))]
+    assert list(shown.news("s", change(["a", 7], [], {}))) == [("added", "a", ())]  # 7 was listed
+    assert list(shown.news("other", change(["a"], [], {}))) == [("added", "a", ())]  # per server
+    assert list(shown.news("s", change([], ["c", "c"], {}))) == [("removed", "c", ())]
 
 
 def test_catalog_with_uri_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
