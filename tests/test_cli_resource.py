@@ -96,3 +96,15 @@ def test_a_json_line_stays_strict_json_when_a_server_sent_nan_or_infinity() -> N
     record = json.loads(out.getvalue(), parse_constant=_strict)
     assert record["contents"][0]["text"] == "t"
     assert record["contents"][0]["_meta"] == {"n": "NaN", "big": "Infinity", "small": ["-Infinity"]}
+
+
+def test_a_text_line_stays_bounded_however_many_contents_a_read_has() -> None:
+    # Within the watch's cap: a thousand 2,000-character texts, then 100,000 empty contents.
+    out = io.StringIO()
+    many = [{"text": "x" * 2000}] * 1000 + [{}] * 100_000
+    ResourcePrinter(out, as_json=False, several=False).line(
+        "srv", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a", many)
+    )
+    line = out.getvalue()
+    assert line.count("\n") == 1 and len(line) < 10_000, len(line)
+    assert line.rstrip("\n").endswith(f"... {len(many) - 1} more contents")
