@@ -26,6 +26,8 @@ from ._protocol._peer_text import peer_text
 #: tools -> tool: what a line calls one item of a kind.
 _SINGULAR: Final = {kind: kind[:-1] for kind in KINDS}
 _SIGNS: Final = {"added": "+", "removed": "-", "changed": "~"}
+#: Changed fields a text line names; the rest are counted.
+_FIELDS_SHOWN: Final = 20
 #: Seconds between two looks at whether any server's catalog is still followed.
 _POLL: Final = 0.5
 
@@ -50,7 +52,10 @@ class CatalogPrinter(LinePrinter):
         text = f"{sign} " if sign else ""
         text += f"{_SINGULAR[kind]} {peer_text(key) if isinstance(key, str) else peer_text(key, quote=True)}"
         if fields:
-            text += ": " + ", ".join(peer_text(field, 80) for field in fields)
+            # A hostile item may have a million fields: the line names the first few.
+            shown = ", ".join(peer_text(field, 80) for field in fields[:_FIELDS_SHOWN])
+            more = len(fields) - _FIELDS_SHOWN
+            text += f": {shown}" + (f", ... {more} more" if more > 0 else "")
         self._write_text(server, text)
 
 

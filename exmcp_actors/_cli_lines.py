@@ -2,12 +2,14 @@
 
 Nothing a server says reaches the terminal raw: a text line has its unsafe characters
 escaped as a whole (the parts were bounded where they were made), a JSON line is
-``json.dumps`` with ``ensure_ascii`` (so it stays JSON a reader can parse).
+``json.dumps`` with ``ensure_ascii`` (so it stays JSON a reader can parse), a number JSON has
+no form for (``NaN``, ``Infinity``: our reader accepts them, strict parsers do not) as a string.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import IO, Any, Final
 
 from ._protocol._peer_text import escape_unsafe, peer_text
@@ -20,6 +22,17 @@ def say(err: IO[str], text: str) -> None:
     print(escape_unsafe(f"{PROG}: {text}"), file=err, flush=True)
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity as its JSON-ish name (``"NaN"``, ``"-Infinity"``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
 class LinePrinter:
     """One line per event on ``out``: JSON, or text prefixed ``[server]`` when there are several."""
 
@@ -29,7 +42,11 @@ class LinePrinter:
         self._several = several
 
     def _write_json(self, record: dict[str, Any]) -> None:
-        print(json.dumps(record, default=str, separators=(",", ":")), file=self._out, flush=True)
+        try:
+            line = json.dumps(record, default=str, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a server's NaN or Infinity: rare, so only then the walk
+            line = json.dumps(_finite(record), default=str, separators=(",", ":"))
+        print(line, file=self._out, flush=True)
 
     def _write_text(self, server: str, text: str) -> None:
         if self._several:

@@ -5,7 +5,8 @@
     demo://counter: read failed: ...
 
 A text content is printed escaped and cut at :data:`_TEXT_LIMIT` characters (newlines shown
-as ``\\n``, so one change is one line); a blob as its size. With ``--json`` each line is an
+as ``\\n``, so one change is one line); a blob as its size; past that many characters in all, the
+rest of a read's contents as their number. With ``--json`` each line is an
 object ``{"time", "server", "event", "uri", ...}``: ``event`` ``contents`` with ``contents``
 (as read), ``read_failed`` with ``error``. ``--count N`` exits 0 after N contents lines.
 """
@@ -30,14 +31,19 @@ _POLL: Final = 0.5
 
 
 def _shown(contents: list[dict[str, Any]]) -> str:
-    parts = []
-    for item in contents:
+    parts: list[str] = []
+    size = 0
+    for at, item in enumerate(contents):
+        if size >= _TEXT_LIMIT:  # a read may hold a million contents: the line stays one screen
+            parts.append(f"... {len(contents) - at} more contents")
+            break
         if isinstance(item.get("text"), str):
             parts.append(peer_text(item["text"].replace("\n", "\\n"), _TEXT_LIMIT))
         elif isinstance(item.get("blob"), str):
             parts.append(f"<blob of {len(item['blob']) * 3 // 4} bytes>")
         else:
             parts.append("<no text>")
+        size += len(parts[-1])
     return " | ".join(parts) if parts else "<empty>"
 
 

@@ -202,3 +202,18 @@ def test_a_raising_or_hanging_subscriber_hurts_no_other_catalog() -> None:
             slow.release.set()
             raising.close()
             hanging.close()
+
+
+def test_composing_two_diffs_of_the_longest_lists_costs_about_what_diffing_them_does() -> None:
+    # A server that swaps its whole list each refresh, with the host not reading: the unread
+    # diffs are composed on the catalog's worker, so compose must stay linear too.
+    a = [_tool(f"a{n}") for n in range(MAX_DIFFED)]
+    b = [_tool(f"b{n}") for n in range(MAX_DIFFED)]
+    started = time.perf_counter()
+    first, second = diff_lists("tools", a, b), diff_lists("tools", b, a)
+    diffing = time.perf_counter() - started
+    started = time.perf_counter()
+    both = compose("tools", first, second, a)
+    composing = time.perf_counter() - started
+    assert both.added == () and both.removed == () and len(both.changed) == MAX_DIFFED
+    assert composing < diffing + 0.05, (composing, diffing)

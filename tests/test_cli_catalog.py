@@ -114,3 +114,22 @@ def test_catalog_with_uri_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
         _cli.run(["--demo", "--catalog", "--uri", "demo://clock"], io.StringIO(), io.StringIO())
     assert exited.value.code == 2
     assert "--catalog shows only the lists: give one of them" in capsys.readouterr().err
+
+
+def test_a_json_line_stays_strict_json_when_a_key_is_nan() -> None:
+    out = io.StringIO()
+    CatalogPrinter(out, as_json=True, several=False).line("s", "listed", "tools", float("nan"))
+
+    def strict(constant: str) -> object:
+        raise ValueError(f"{constant} is no JSON")
+
+    assert json.loads(out.getvalue(), parse_constant=strict)["key"] == "NaN"
+
+
+def test_a_text_line_stays_bounded_however_many_fields_changed() -> None:
+    out = io.StringIO()
+    fields = tuple(f"f{n:06}" + "x" * 100 for n in range(100_000))
+    CatalogPrinter(out, as_json=False, several=False).line("s", "changed", "tools", "t", fields)
+    line = out.getvalue()
+    assert line.count("\n") == 1 and len(line) < 5_000, len(line)
+    assert line.startswith("~ tool t: f000000") and line.rstrip("\n").endswith(" more")

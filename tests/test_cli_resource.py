@@ -79,3 +79,32 @@ def test_a_json_line_stays_json_whatever_the_text_holds() -> None:
     line = out.getvalue()
     assert json.loads(line)["contents"][0]["text"] == text  # escaping made it no other JSON
     assert "\x1b" not in line and "\x85" not in line and "\u202e" not in line
+
+
+def _strict(constant: str) -> object:
+    raise ValueError(f"{constant} is no JSON")
+
+
+def test_a_json_line_stays_strict_json_when_a_server_sent_nan_or_infinity() -> None:
+    # Our reader accepts NaN, Infinity (and 1e400, an infinity) as Python's json does; jq and
+    # every strict parser refuse them, so a line must not carry them on.
+    out = io.StringIO()
+    odd = [{"text": "t", "_meta": {"n": float("nan"), "big": float("inf"), "small": [float("-inf")]}}]
+    ResourcePrinter(out, as_json=True, several=False).line(
+        "srv", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a", odd)
+    )
+    record = json.loads(out.getvalue(), parse_constant=_strict)
+    assert record["contents"][0]["text"] == "t"
+    assert record["contents"][0]["_meta"] == {"n": "NaN", "big": "Infinity", "small": ["-Infinity"]}
+
+
+def test_a_text_line_stays_bounded_however_many_contents_a_read_has() -> None:
+    # Within the watch's cap: a thousand 2,000-character texts, then 100,000 empty contents.
+    out = io.StringIO()
+    many = [{"text": "x" * 2000}] * 1000 + [{}] * 100_000
+    ResourcePrinter(out, as_json=False, several=False).line(
+        "srv", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a", many)
+    )
+    line = out.getvalue()
+    assert line.count("\n") == 1 and len(line) < 10_000, len(line)
+    assert line.rstrip("\n").endswith(f"... {len(many) - 1} more contents")

@@ -124,7 +124,7 @@ def compose(kind: str, first: Diffed, second: Diffed, after: Sequence[Any]) -> C
     added back names every field of its new item, the old one being gone.
     """
     gone, came = set(second.removed), set(first.added)
-    removed_first = set(first.removed)
+    removed_first, came_back = set(first.removed), set(second.added)  # sets: membership stays O(1)
     changed: dict[str, tuple[str, ...]] = {}
     for name, fields in first.changed.items():
         if name not in gone:
@@ -142,7 +142,7 @@ def compose(kind: str, first: Diffed, second: Diffed, after: Sequence[Any]) -> C
     order = {name: n for n, name in enumerate(index)}
     added = tuple(sorted(added_keys, key=lambda name: order.get(name, len(order))))
     removed = tuple(
-        [name for name in first.removed if name not in second.added]
+        [name for name in first.removed if name not in came_back]
         + [name for name in second.removed if name not in came]
     )
     truncated = bool(getattr(first, "truncated", False) or getattr(second, "truncated", False))
