@@ -30,13 +30,25 @@ def _next_text(watch: mcp.ResourceWatch) -> str:
 def test_first_contents_then_each_change_and_unchanged_is_not_delivered_again() -> None:
     with FakeServer() as server, mcp.connect(server.transport()) as client:
         server.set_resource_text(URI, "one")
+        reader = server.default_handler("resources/read")
+        assert reader is not None
+        answered = queue.SimpleQueue[str]()
+
+        @server.on("resources/read")
+        def noted_read(params: dict[str, Any], ctx: Any) -> Any:
+            result = reader(params, ctx)
+            answered.put(result["contents"][0]["text"])
+            return result
+
         with client.watch_resource(URI) as watch:
             first = watch.get(timeout=WAIT)
             assert isinstance(first, mcp.ResourceChanged)
             assert first.handle is watch and first.uri == URI and _text(first) == "one"
             server.wait_for("resources/subscribe", uri=URI)
             server.updated(URI)  # read again, same contents: nothing delivered
-            server.wait_for(lambda m: server.count("resources/read") == 2)
+            # The second read must have answered "one" before the text changes, or it
+            # would itself deliver "two" and the count below would race the third read.
+            assert [answered.get(timeout=WAIT), answered.get(timeout=WAIT)] == ["one", "one"]
             server.set_resource_text(URI, "two")
             server.updated(URI)
             assert _next_text(watch) == "two"  # the marker: nothing came before it
