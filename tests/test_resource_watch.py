@@ -63,7 +63,7 @@ def test_changes_during_a_read_cost_exactly_one_more_read_never_two_at_once() ->
         assert reader is not None
         gate, held = threading.Event(), threading.Event()
         lock = threading.Lock()
-        in_flight, most = [0], [0]
+        in_flight, most, answered = [0], [0], [0]
 
         @server.on("resources/read", concurrent=True)
         def gated_read(params: dict[str, Any], ctx: Any) -> Any:
@@ -78,6 +78,7 @@ def test_changes_during_a_read_cost_exactly_one_more_read_never_two_at_once() ->
             finally:
                 with lock:
                     in_flight[0] -= 1
+                    answered[0] += 1
 
         with client.watch_resource(URI) as watch:
             assert _next_text(watch) == f"contents of {URI}"
@@ -91,6 +92,9 @@ def test_changes_during_a_read_cost_exactly_one_more_read_never_two_at_once() ->
             wait_until(lambda: feed.coalesced == 50, WAIT, "the 50 changes heard during the held read")
             gate.set()
             assert _next_text(watch) == "after the burst"
+            # The read for the 50 changes answers before the text changes again, so the
+            # marker's change cannot fold into it and the count below is exact.
+            wait_until(lambda: answered[0] == 3, WAIT, "the read for the burst answered")
             server.set_resource_text(URI, "marker")
             server.updated(URI)
             assert _next_text(watch) == "marker"
