@@ -29,6 +29,7 @@ from ._config import SessionConfig
 from ._errors import (
     ConnectError,
     ConnectionLost,
+    Error,
     ListenerNotFound,
     ListenRequiresModern,
     NotConnected,
@@ -36,7 +37,7 @@ from ._errors import (
     UseListen,
 )
 from ._filters import LOG_MESSAGE
-from ._handshake import with_modern_meta
+from ._handshake import Negotiated, with_modern_meta
 from ._host_checks import CANCELLED, SESSION_NOTIFICATIONS
 from ._host_requests import HostRequests
 from ._index import Index, ListenerIndex, dispatch, for_a_subscription, notification_parts, subscription_id_of
@@ -54,6 +55,13 @@ from ._subscriptions import Subscriptions
 logger = logging.getLogger("exmcp_actors")
 
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+#: Why a legacy resources/subscribe is refused before the wire (see :func:`_advertises_subscribe`).
+SUBSCRIBE_NOT_ADVERTISED = ("capability_not_advertised", "resources.subscribe")
+
+
+def _advertises_subscribe(negotiated: Negotiated | None) -> bool:
+    resources = negotiated.capabilities.get("resources") if negotiated is not None else None
+    return isinstance(resources, dict) and resources.get("subscribe") is True
 
 
 class Session:
@@ -292,6 +300,12 @@ class Session:
         params = message.params
         if self.era == "modern":
             params = self._modern_params(params)
+        elif message.method == "resources/subscribe" and not _advertises_subscribe(self.life.negotiated):
+            # A legacy client MUST only use the capabilities the server negotiated: a server that
+            # does not advertise resources.subscribe is never sent one (its refusal, without the wire).
+            error = Error("the server does not advertise resources.subscribe", reason=SUBSCRIBE_NOT_ADVERTISED)
+            self.effects.reject(message.future, error)
+            return
         self.pending.add(message.request_id, message.method, future=message.future)
         self.effects.send(rpc.RequestBuilder.request(message.method, params, message.request_id), message.request_id)
 
