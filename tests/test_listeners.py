@@ -819,7 +819,8 @@ def test_the_filter_is_authoritative_for_what_is_delivered(client: mcp.Client, s
         [
             notification(UPDATED, {"uri": B}),  # unlisted (though subscribed by someone else)
             notification(UPDATED, {"uri": C}),  # unlisted and unsubscribed
-            notification(UPDATED, {"uri": A + "/child"}),  # legacy matches URIs exactly
+            notification(UPDATED, {"uri": A + "-child"}),  # starts like A, but is not under it
+            notification(UPDATED, {"uri": A + "/child"}),  # a sub-resource of A: ours, as the spec has it
             notification(UPDATED, {}),  # no uri
             notification(UPDATED),  # no params at all
             notification(UPDATED, {"uri": None}),
@@ -832,8 +833,10 @@ def test_the_filter_is_authoritative_for_what_is_delivered(client: mcp.Client, s
     server.updated(C)
     server.list_changed("prompts")
     server.list_changed("tools")  # second marker
+    child = q.get(timeout=TIMEOUT)
     first = q.get(timeout=TIMEOUT)
     second = q.get(timeout=TIMEOUT)
+    assert (child.listener, child.method, child.params) == (listener, UPDATED, {"uri": A + "/child"})
     assert (first.listener, first.method, first.params) == (listener, UPDATED, {"uri": A, "marker": 1})
     assert (second.listener, second.method, second.params) == (listener, TOOLS_CHANGED, {})
     assert_quiet(server, q, marker=marker_for(listener.filter))

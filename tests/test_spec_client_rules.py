@@ -51,3 +51,51 @@ def test_a_server_that_stops_advertising_subscribe_is_not_resubscribed_and_the_r
             assert server.count("resources/subscribe", connection=2) == 0
         finally:
             client.disconnect()
+
+
+# -- 2025-11-25 schema, ResourceUpdatedNotificationParams.uri: "The URI of the resource that has
+# been updated. This might be a sub-resource of the one that the client actually subscribed to."
+# (2026-07-28 says the same; a modern watch already takes a sub-resource as its own change.)
+
+
+def test_a_legacy_update_of_a_sub_resource_reaches_the_watch_of_its_parent_and_no_other() -> None:
+    with FakeServer() as server, mcp.connect(server.transport()) as client:
+        parent = client.watch({"resourceSubscriptions": [URI]})
+        sibling = client.watch({"resourceSubscriptions": [URI + "-other", URI + "/a.txt"]})
+        server.updated(URI + "/a.txt")
+        got = parent.get(timeout=WAIT)
+        assert isinstance(got, mcp.Notification) and got.params == {"uri": URI + "/a.txt"}
+        assert sibling.get(timeout=WAIT).params == {"uri": URI + "/a.txt"}  # its own URI: once
+        server.updated(URI + "-other")  # a name that merely starts like the parent's: not under it
+        server.updated(URI)  # the marker
+        assert parent.get(timeout=WAIT).params == {"uri": URI}
+        assert sibling.get(timeout=WAIT).params == {"uri": URI + "-other"}
+        assert parent.pending() == 0 and sibling.pending() == 0
+
+
+def test_a_legacy_resource_watch_reads_again_when_a_sub_resource_changes() -> None:
+    with FakeServer() as server, mcp.connect(server.transport()) as client:
+        with client.watch_resource(URI) as watch:
+            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            server.wait_for("resources/subscribe", uri=URI)
+            server.set_resource_text(URI, "a file below it changed")
+            server.updated(URI + "/a.txt")
+            assert watch.get(timeout=WAIT).contents[0]["text"] == "a file below it changed"
+
+
+def test_the_legacy_index_takes_a_sub_resource_exactly_as_the_modern_filter_does() -> None:
+    from exmcp_actors._protocol._filters import RESOURCE_UPDATED, normalize_filter, uri_within
+    from exmcp_actors._protocol._index import ListenerIndex
+
+    bases = ["file:///", "file:///d", "file:///d/", "file:///d//", "file:///dx", "x:a/b", "/", "urn:x"]
+    uris = ["file:///d", "file:///d/", "file:///d/e", "file:///d//e", "file:///dx/e", "file:///de", "x:a/b/c", "/r"]
+    index: ListenerIndex[str] = ListenerIndex()
+    for number, base in enumerate(bases):
+        index.add(number, normalize_filter({"resourceSubscriptions": [base]}), base)
+    for uri in uris:
+        reached = list(index.reached(RESOURCE_UPDATED, {"uri": uri}))
+        assert reached == [base for base in bases if uri_within(uri, (base,))], uri  # in registration order
+    for number in range(len(bases)):
+        index.remove(number)
+    assert all(not list(index.reached(RESOURCE_UPDATED, {"uri": uri})) for uri in uris)
+    assert index._by_base == {} and index._base_lengths == {}

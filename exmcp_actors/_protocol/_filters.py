@@ -128,8 +128,9 @@ class NotificationFilter:
     def enables(self, method: str, params: Any, *, sub_resources: bool = False) -> bool:
         """Whether a notification passes this filter.
 
-        Legacy URIs match exactly; with ``sub_resources`` (modern events, checked against
-        an acknowledged filter) a sub-resource of a listed URI matches too.
+        URIs match exactly; with ``sub_resources`` (modern events, checked against an
+        acknowledged filter) a sub-resource of a listed URI matches too (legacy events are
+        matched the same way by the listener index, ``_index``).
         """
         category = CATEGORY_OF_METHOD.get(method)
         if category is not None:
@@ -261,5 +262,6 @@ def filter_from_wire(raw: Any) -> NotificationFilter | None:
 
 
 def uri_within(uri: str, subscribed: tuple[str, ...]) -> bool:
-    """Modern matching: a resources/updated uri may be a sub-resource of a subscribed one."""
+    """Whether a resources/updated ``uri`` is a subscribed one or a sub-resource of one (the
+    spec's ``ResourceUpdatedNotificationParams.uri``, in every revision)."""
     return any(uri == base or uri.startswith(base.rstrip("/") + "/") for base in subscribed)

@@ -27,8 +27,15 @@ class ListenerIndex(Generic[T]):
     def __init__(self) -> None:
         self._by_category: dict[str, dict[Hashable, T]] = {}
         self._by_uri: dict[str, dict[Hashable, T]] = {}
+        #: The same entries under each URI without its trailing slashes, for sub-resources, and
+        #: how many URIs have each such length (a lookup costs one try per length held).
+        self._by_base: dict[str, dict[Hashable, T]] = {}
+        self._base_lengths: dict[int, int] = {}
         self._by_method: dict[str, dict[Hashable, T]] = {}
         self._filters: dict[Hashable, NotificationFilter] = {}
+        #: Each entry's place in registration order.
+        self._order: dict[Hashable, int] = {}
+        self._added = 0
 
     def __len__(self) -> int:
         return len(self._filters)
@@ -41,10 +48,15 @@ class ListenerIndex(Generic[T]):
         if key in self._filters:
             raise ValueError(f"entry {key!r} is already indexed")
         self._filters[key] = flt
+        self._added += 1
+        self._order[key] = self._added
         for category in flt.categories:
             self._by_category.setdefault(category, {})[key] = entry
         for uri in flt.uris:
             self._by_uri.setdefault(uri, {})[key] = entry
+            base = uri.rstrip("/")
+            self._by_base.setdefault(base, {})[key] = entry
+            self._base_lengths[len(base)] = self._base_lengths.get(len(base), 0) + 1
         for method in flt.methods:
             self._by_method.setdefault(method, {})[key] = entry
 
@@ -53,10 +65,18 @@ class ListenerIndex(Generic[T]):
         flt = self._filters.pop(key, None)
         if flt is None:
             return
+        del self._order[key]
         for category in flt.categories:
             _discard(self._by_category, category, key)
         for uri in flt.uris:
             _discard(self._by_uri, uri, key)
+            base = uri.rstrip("/")
+            _discard(self._by_base, base, key)
+            left = self._base_lengths[len(base)] - 1
+            if left:
+                self._base_lengths[len(base)] = left
+            else:
+                del self._base_lengths[len(base)]
         for method in flt.methods:
             _discard(self._by_method, method, key)
 
@@ -78,9 +98,29 @@ class ListenerIndex(Generic[T]):
     def _bucket(self, method: str, params: Any) -> dict[Hashable, T] | None:
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if type(params) is dict else None
-            return self._by_uri.get(uri) if type(uri) is str else None
+            return self._updated(uri) if type(uri) is str else None
         category = CATEGORY_OF_METHOD.get(method)
         return self._by_category.get(category) if category is not None else None
+
+    def _updated(self, uri: str) -> dict[Hashable, T] | None:
+        """The entries a ``resources/updated`` of ``uri`` reaches: those of ``uri`` and, since
+        the spec says the URI "might be a sub-resource of the one that the client actually
+        subscribed to", those of each URI it is under (as ``_filters.uri_within`` matches a
+        modern one), in registration order. Costs one try per length of URI held, whatever
+        the server sends."""
+        exact = self._by_uri.get(uri)
+        under = [
+            bucket
+            for length in self._base_lengths
+            if length < len(uri) and uri[length] == "/" and (bucket := self._by_base.get(uri[:length])) is not None
+        ]
+        if not under:
+            return exact
+        entries = dict(exact) if exact else {}
+        for bucket in under:
+            entries.update(bucket)
+        order = self._order
+        return {key: entries[key] for key in sorted(entries, key=order.__getitem__)}
 
 
 class Index(Protocol):
