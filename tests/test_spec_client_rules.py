@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import exmcp_actors as mcp
-from exmcp_actors.testing import FakeServer
+from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
 from tests.waiting import WAIT
 
 URI = "file:///fake/dir"
@@ -99,3 +99,68 @@ def test_the_legacy_index_takes_a_sub_resource_exactly_as_the_modern_filter_does
         index.remove(number)
     assert all(not list(index.reached(RESOURCE_UPDATED, {"uri": uri})) for uri in uris)
     assert index._by_base == {} and index._base_lengths == {}
+
+
+# -- 2026-07-28 basic/patterns/subscriptions, Acknowledgment: "The client SHOULD check the
+# acknowledged filter against what it requested and handle any unsupported types gracefully."
+# A resource watch on a server that will not tell of changes still gets the contents; it says
+# so (``notified``) instead of waiting for changes that cannot come.
+
+
+def _refuse_resource_subscriptions(server: FakeServer) -> None:
+    def listen(params: dict[str, Any], ctx: Any) -> Any:
+        asked = dict(params["notifications"])
+        asked.pop("resourceSubscriptions", None)  # as a server without resources.subscribe acks
+        ctx.acknowledge(asked)
+        return NO_REPLY
+
+    server.on("subscriptions/listen", listen)
+
+
+@pytest.mark.parametrize(
+    ("era", "capabilities", "refuse", "notified"),
+    [
+        ("legacy", None, False, True),
+        ("legacy", {"resources": {"listChanged": True}}, False, False),
+        ("modern", None, False, True),
+        ("modern", {"resources": {}}, True, False),
+    ],
+    ids=["legacy-subscribe", "legacy-no-subscribe", "modern-acked", "modern-not-acked"],
+)
+def test_a_resource_watch_says_whether_the_server_will_tell_of_changes(
+    era: str, capabilities: dict[str, Any] | None, refuse: bool, notified: bool
+) -> None:
+    with FakeServer(era=era, capabilities=capabilities) as server:  # type: ignore[arg-type]
+        if refuse:
+            _refuse_resource_subscriptions(server)
+        with mcp.connect(server.transport()) as client, client.watch_resource(URI) as watch:
+            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            assert watch.notified is notified
+            assert server.count("resources/subscribe") == (1 if notified and era == "legacy" else 0)
+
+
+def test_a_modern_server_with_nothing_to_listen_to_tells_of_no_changes() -> None:
+    with FakeServer(era="modern") as server:
+
+        @server.on("subscriptions/listen")
+        def nothing_to_listen_to(params: dict[str, Any], ctx: Any) -> Any:
+            raise FakeError(-32601, "Method not found: subscriptions/listen")
+
+        with mcp.connect(server.transport()) as client, client.watch_resource(URI) as watch:
+            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            assert watch.notified is False
+
+
+def test_a_legacy_server_that_stops_advertising_subscribe_leaves_a_watch_that_says_so() -> None:
+    with FakeServer() as server:
+        client = mcp.connect(server.transport(), backoff=mcp.Backoff(initial=0.01, maximum=0.05))
+        try:
+            watch = client.watch_resource(URI)
+            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}" and watch.notified
+            server.capabilities = {"resources": {"listChanged": True}}
+            server.set_resource_text(URI, "read after the reconnect")
+            server.drop()
+            assert watch.get(timeout=WAIT).contents[0]["text"] == "read after the reconnect"
+            assert watch.notified is False
+        finally:
+            client.disconnect()

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from .._protocol._catalog_diff import canonical_digest
 from .._protocol._errors import Error, NotConnected, ProtocolError
+from .._protocol._filters import uri_within
 from .._protocol._list_cache import cache_hints
 from .._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED, SUBSCRIPTION_RESYNC
 from .._protocol._peer_text import peer_text
@@ -91,6 +92,8 @@ class ResourceFeed:
         #: ``resources/read`` calls made, and change signals that arrived during one.
         self.reads = 0
         self.coalesced = 0
+        #: A legacy watch's URI is subscribed on the server (a modern one asks its acknowledgment).
+        self._subscribed = False
         self._log = RateLimitedLog(logger)
 
     # -- handles -----------------------------------------------------------------------------
@@ -115,6 +118,13 @@ class ResourceFeed:
                             target=self._run, name=f"exmcp-rwatch-{self.client.name}", daemon=True
                         )
                         self._worker.start()
+                if not self.notified:
+                    logger.info(
+                        "%s will not tell of changes to %s (no resource subscriptions): the watch gets "
+                        "its contents now and again after a reconnect, not after a change",
+                        self.client.name,
+                        peer_text(self.uri),
+                    )
             with self._lock:
                 if self._ended:
                     return False
@@ -159,7 +169,16 @@ class ResourceFeed:
                     return
                 if self._reading:
                     self.coalesced += 1
-            elif tag in (RECONNECTED, SUBSCRIPTION_RESYNC):
+            elif tag == RECONNECTED:
+                # Something may have gone unheard: read again. A legacy resubscription may have
+                # failed (a server that no longer advertises resources.subscribe): then no change
+                # is told any more.
+                report = message.report
+                if any(failed[0] == self.uri for failed in report.get("failed", ())):
+                    self._subscribed = False
+                elif self.uri in report.get("resubscribed", ()):
+                    self._subscribed = True
+            elif tag == SUBSCRIPTION_RESYNC:
                 pass  # something may have gone unheard: read again
             elif tag == CLOSED:
                 reason = message.reason
@@ -181,7 +200,20 @@ class ResourceFeed:
                 # Nothing to subscribe to: a watch that hears only reconnects and the end.
                 flt = {"resourcesListChanged": True}
         handle: Handle = client.watch(flt, subscriber=self, timeout=self._timeout, max_pending=self._max_pending)
+        self._subscribed = "resourceSubscriptions" in flt
         return handle
+
+    @property
+    def notified(self) -> bool:
+        """Whether the server tells of this URI's changes: legacy, it advertises
+        ``resources.subscribe`` (and took the subscription); 2026-07-28, its acknowledgment of
+        the listen names the URI (or one it is under)."""
+        inner = self._inner
+        acknowledged = getattr(inner, "acknowledged_filter", None)
+        if isinstance(acknowledged, dict):  # a 2026-07-28 watch: what the server agreed to
+            uris = acknowledged.get("resourceSubscriptions") or ()
+            return uri_within(self.uri, tuple(uri for uri in uris if isinstance(uri, str)))
+        return inner is not None and self._subscribed
 
     # -- the worker --------------------------------------------------------------------------
 

@@ -112,6 +112,13 @@ class ResourceWatch(Handle):
         self._feed: ResourceFeed | None = None
 
     @property
+    def notified(self) -> bool:
+        """Whether the server tells of this resource's changes (legacy: it advertises
+        ``resources.subscribe``; 2026-07-28: it acknowledged the URI). Without that the watch
+        gets the contents when made and after each reconnect, never after a change."""
+        return self._feed.notified if self._feed is not None else False
+
+    @property
     def reads(self) -> int:
         """``resources/read`` calls made for this URI so far, shared by every watch of it."""
         return self._feed.reads if self._feed is not None else 0
