@@ -10,6 +10,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
+from tests.sdk_helpers import TapTransport
 from tests.waiting import WAIT
 
 URI = "file:///fake/dir"
@@ -164,3 +165,38 @@ def test_a_legacy_server_that_stops_advertising_subscribe_leaves_a_watch_that_sa
             assert watch.notified is False
         finally:
             client.disconnect()
+
+
+# -- 2026-07-28 server/utilities/caching, Cache Scope: "private": "Cached responses MAY be reused
+# for the same authorization context. Caches MUST NOT be shared across authorization contexts
+# (e.g. a different access token requires a different cache)." A watch's kept read is such a cache.
+
+
+class _Principal(TapTransport):
+    """A transport whose credentials the test switches (another access token)."""
+
+    who = "alice"
+
+    def auth_context(self) -> str:
+        return self.who
+
+
+@pytest.mark.parametrize(("scope", "reads_for_bob"), [("private", 2), ("public", 1), (None, 2)])
+def test_a_kept_read_is_served_to_another_authorization_context_only_when_public(
+    scope: str | None, reads_for_bob: int
+) -> None:
+    with FakeServer(era="modern") as server:
+        reader = server.default_handler("resources/read")
+        assert reader is not None
+        hints = {"ttlMs": 600_000, **({"cacheScope": scope} if scope else {})}
+        server.on("resources/read", lambda params, ctx: {**reader(params, ctx), **hints})
+        principal = _Principal(server.transport())
+        with mcp.connect(principal) as client, client.watch_resource(URI) as alice:
+            assert alice.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            with client.watch_resource(URI) as again:  # the same context: the kept read
+                assert again.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            assert server.count("resources/read") == 1
+            principal.who = "bob"
+            with client.watch_resource(URI) as bob:
+                assert bob.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            assert server.count("resources/read") == reads_for_bob

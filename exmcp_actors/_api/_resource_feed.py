@@ -16,8 +16,9 @@ from typing import Any, Final
 
 from .._protocol._catalog_diff import canonical_digest
 from .._protocol._errors import Error, NotConnected, ProtocolError
+from .._protocol._events import AuthContextNow
 from .._protocol._filters import uri_within
-from .._protocol._list_cache import cache_hints
+from .._protocol._list_cache import PUBLIC, cache_hints
 from .._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED, SUBSCRIPTION_RESYNC
 from .._protocol._peer_text import peer_text
 from .._protocol._ratelog import RateLimitedLog
@@ -89,6 +90,9 @@ class ResourceFeed:
         #: The last good read: its contents, digest, and until when it is fresh (monotonic).
         self._latest: tuple[list[dict[str, Any]], bytes] | None = None
         self._fresh_until = 0.0
+        #: Who may be served the last read while fresh: anyone (None, ``cacheScope`` "public"),
+        #: else only the authorization context it was read in (the spec's MUST NOT share).
+        self._read_as: str | None = None
         #: ``resources/read`` calls made, and change signals that arrived during one.
         self.reads = 0
         self.coalesced = 0
@@ -125,11 +129,16 @@ class ResourceFeed:
                         self.client.name,
                         peer_text(self.uri),
                     )
+            context = self._context() if self._read_as is not None else None
             with self._lock:
                 if self._ended:
                     return False
                 self._handles.append(handle)
-                if self._latest is not None and not self._dirty and time.monotonic() < self._fresh_until:
+                fresh = self._latest is not None and not self._dirty and time.monotonic() < self._fresh_until
+                if fresh and self._read_as is not None and self._read_as != context:
+                    fresh = False  # a private read, and the host now asks as someone else
+                if fresh:
+                    assert self._latest is not None
                     # Still fresh by its ttlMs, and no change heard since: no read needed.
                     handle._offer_contents(*self._latest)
                 elif not self._reading:
@@ -268,10 +277,20 @@ class ResourceFeed:
             return False
         return True
 
+    def _context(self) -> str:
+        """Who the client makes requests as now ("" where that cannot change; a stopped
+        client's is no one's: an unmatched marker)."""
+        try:
+            context: str = self.client._run(AuthContextNow())
+        except Error:
+            return "\x00stopped"
+        return context
+
     def _read(self) -> None:
         with self._lock:
             self._reading = True
             self.reads += 1
+        context = self._context()
         try:
             result = self.client.read_resource(self.uri)
             contents = contents_of(self.uri, result)
@@ -288,10 +307,11 @@ class ResourceFeed:
                 "%s changes faster than it can be read: the changes during a read are coalesced into one more read",
                 peer_text(self.uri),
             )
-        ttl_ms, _scope = cache_hints(result)
+        ttl_ms, scope = cache_hints(result)
         sealed = canonical_digest(contents)  # what "unchanged" compares
         with self._lock:
             self._latest = (contents, sealed)
+            self._read_as = None if scope == PUBLIC else context
             self._fresh_until = time.monotonic() + max(ttl_ms / 1000, MIN_FRESH) if ttl_ms > 0 else 0.0
             for handle in list(self._handles):
                 handle._offer_contents(contents, sealed)

@@ -172,6 +172,11 @@ class CachedPage(NamedTuple):
     use: bool
 
 
+class AuthContextNow(NamedTuple):
+    """Who the transport makes requests as now: an opaque string (``Transport.auth_context``),
+    for a cache kept outside the session (a resource watch's read)."""
+
+
 class StorePage(NamedTuple):
     """A fetched list page, as JSON, with its cache hints: kept if its ticket still holds."""
 

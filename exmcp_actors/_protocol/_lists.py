@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._events import CachedPage, LearnTools, StorePage
+from ._events import AuthContextNow, CachedPage, LearnTools, StorePage
 from ._list_cache import LIST_METHODS, ListCache, PageLookup
 from ._tool_book import ToolBook
 
@@ -61,6 +61,9 @@ class ServerLists:
             context=self._auth_context(),
             generation=self._generation(),
         )
+
+    def context(self, message: AuthContextNow) -> str:
+        return self._auth_context()
 
     def learn(self, message: LearnTools) -> list[Any]:
         return self.tools.learn(message.tools, modern=self._era() == "modern", complete=message.complete)

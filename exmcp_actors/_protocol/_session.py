@@ -467,5 +467,6 @@ class Session:
             ev.SetLogLevel: self._set_log_level,
             ev.CachedPage: self.lists.cached,
             ev.StorePage: self.lists.store,
+            ev.AuthContextNow: self.lists.context,
             ev.LearnTools: self.lists.learn,
         }
