@@ -4,6 +4,7 @@ client sends to a FakeServer. The spec passage is quoted where a test checks it.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors.testing import NO_REPLY, FakeError, FakeServer
 from tests.sdk_helpers import TapTransport
-from tests.waiting import WAIT
+from tests.waiting import WAIT, wait_until
 
 URI = "file:///fake/dir"
 NOT_ADVERTISED = ("capability_not_advertised", "resources.subscribe")
@@ -200,3 +201,128 @@ def test_a_kept_read_is_served_to_another_authorization_context_only_when_public
             with client.watch_resource(URI) as bob:
                 assert bob.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
             assert server.count("resources/read") == reads_for_bob
+
+
+# -- 2026-07-28 basic/patterns/subscriptions, Cancellation: the client ends a subscription by
+# closing its stream (HTTP) or by sending notifications/cancelled naming the subscriptions/listen
+# (stdio); "On stdio, if the connection is terminated and then re-established, the client MUST
+# re-send subscriptions/listen". Legacy: resources/unsubscribe follows a resources/subscribe.
+
+
+@pytest.mark.parametrize("http_like", [False, True], ids=["stdio-like", "http-like"])
+def test_closing_the_last_modern_resource_watch_cancels_its_listen_as_the_transport_asks(http_like: bool) -> None:
+    with FakeServer(era="modern") as server, mcp.connect(server.transport(stream_cancel=http_like)) as client:
+        watch = client.watch_resource(URI)
+        assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+        listen_id = server.wait_for("subscriptions/listen")[1]["id"]
+        watch.close()
+        if http_like:
+            wait_until(lambda: server.stream_cancels == [(1, listen_id)], WAIT, "the listen's stream closed")
+        else:
+            cancelled = server.wait_for("notifications/cancelled")[1]["params"]
+            assert cancelled["requestId"] == listen_id
+        client.list_tools()  # a marker behind anything else the close sent
+        assert server.count("notifications/cancelled") == (0 if http_like else 1)
+
+
+def test_a_modern_resource_watch_listens_again_after_the_connection_is_re_established_and_reads_again() -> None:
+    with FakeServer(era="modern") as server:
+        client = mcp.connect(server.transport(), backoff=mcp.Backoff(initial=0.01, maximum=0.05))
+        try:
+            watch = client.watch_resource(URI)
+            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+            server.set_resource_text(URI, "changed while the connection was down")
+            server.drop()
+            assert watch.get(timeout=WAIT).contents[0]["text"] == "changed while the connection was down"
+            relisten = server.wait_for("subscriptions/listen", connection=2)[1]
+            assert relisten["params"]["notifications"] == {"resourceSubscriptions": [URI]}
+            first = server.messages("subscriptions/listen", connection=1)[0]
+            assert relisten["id"] != first["id"]  # a new request id, as a re-issued request needs
+            assert watch.notified
+        finally:
+            client.disconnect()
+
+
+# -- 2026-07-28 server/utilities/pagination: "Clients MUST treat cursors as opaque tokens ... an
+# empty string is a valid cursor and thus MUST NOT be treated as the end of results"; "Treat a
+# missing nextCursor as the end of results". Caching: "When a cached page expires, the client
+# SHOULD re-fetch that page using its cursor"; "If a cursor becomes invalid ... discard all cached
+# pages and re-fetch from the beginning" (that last one: test_list_cache's
+# test_a_kept_page_whose_cursor_went_stale_restarts_the_walk_from_the_server).
+
+
+def test_a_catalog_walks_and_refetches_stale_pages_with_exactly_the_cursors_the_server_gave() -> None:
+    def tool(name: str) -> dict[str, Any]:
+        return {"name": name, "inputSchema": {"type": "object"}}
+
+    with FakeServer(era="modern", capabilities={"tools": {}}) as server:
+        # cursor -> (names, nextCursor, ttlMs); the empty string and odd characters are cursors too
+        pages: dict[Any, tuple[list[str], Any, int]] = {
+            None: (["a"], "", 600_000),
+            "": (["b"], " /+= é", 1_000),
+            " /+= é": (["c"], None, 600_000),
+        }
+
+        @server.on("tools/list")
+        def listing(params: dict[str, Any], ctx: Any) -> Any:
+            cursor = params.get("cursor")
+            if cursor not in pages:
+                raise FakeError(-32602, "Invalid cursor")
+            names, next_cursor, ttl = pages[cursor]
+            result: dict[str, Any] = {"tools": [tool(n) for n in names], "ttlMs": ttl, "cacheScope": "public"}
+            if next_cursor is not None:
+                result["nextCursor"] = next_cursor
+            return result
+
+        def sent() -> list[Any]:
+            return [(m.get("params") or {}).get("cursor", "absent") for m in server.messages("tools/list")]
+
+        with mcp.connect(server.transport()) as client, client.catalog() as catalog:
+            assert [t["name"] for t in catalog.tools] == ["a", "b", "c"]
+            assert sent() == ["absent", "", " /+= é"]
+            # The second page goes stale (the catalog says so: no listChanged); a read refetches
+            # it with its own cursor, and it now ends the list.
+            pages[""] = (["b2"], None, 600_000)
+            assert isinstance(catalog.get(timeout=WAIT), mcp.CatalogStale)
+            assert [t["name"] for t in catalog.tools] == ["a", "b2"]
+            assert sent()[3:] == [""]  # the kept first page, then exactly the stale page's cursor
+
+
+# -- Keepalive. 2025-11-25 basic/utilities/ping: either party may ping, "The receiver MUST respond
+# promptly with an empty response"; if no response comes "within a reasonable timeout period,
+# the sender MAY: consider the connection stale, terminate the connection, attempt reconnection".
+# 2026-07-28 removed ping: the probe is a server/discover. basic/index: a request id "MUST NOT
+# have been previously used by the requestor within the same session".
+
+
+def test_a_servers_ping_is_answered_with_an_empty_result() -> None:
+    with FakeServer() as server, mcp.connect(server.transport()):
+        assert server.wait_response(server.request("ping"), WAIT)["result"] == {}
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_an_unanswered_probe_terminates_its_connection_and_every_request_id_is_new(era: str) -> None:
+    probe = "ping" if era == "legacy" else "server/discover"
+    with FakeServer(era=era) as server:  # type: ignore[arg-type]
+        default = server.default_handler(probe)
+        assert default is not None
+
+        muted = threading.Event()  # once connected: a 2026-07-28 handshake is a server/discover too
+
+        @server.on(probe)
+        def muted_on_the_first(params: Any, ctx: Any) -> Any:
+            return NO_REPLY if ctx.number == 1 and muted.is_set() else default(params, ctx)
+
+        client = mcp.connect(server.transport(), keepalive=0.2, backoff=mcp.Backoff(initial=0.01, maximum=0.05))
+        try:
+            client.list_tools()
+            muted.set()
+            server.wait_connections(2)
+            assert server.connection(1).wait_closed(WAIT) and server.connection(1).closed_by == "client"
+            server.wait_for(probe, connection=2)
+            ids = [message["id"] for _, message in server.received if "id" in message]
+            assert len(ids) == len(set(ids))  # across both connections: no id used twice
+            # One probe at a time on the silent connection, never a second (the handshake's aside).
+            assert server.count(probe, connection=1) == (1 if era == "legacy" else 2)
+        finally:
+            client.disconnect()
