@@ -326,3 +326,28 @@ def test_an_unanswered_probe_terminates_its_connection_and_every_request_id_is_n
             assert server.count(probe, connection=1) == (1 if era == "legacy" else 2)
         finally:
             client.disconnect()
+
+
+# -- 2026-07-28 server/utilities/caching, Cache Key: "Results produced by retrying a request
+# through the multi round-trip requests mechanism ... MUST NOT be cached, as they depend on inputs
+# that are not part of the cache key."
+
+
+def test_a_read_that_needed_input_is_not_kept_for_the_next_watch_however_long_its_ttl() -> None:
+    with FakeServer(era="modern") as server:
+        reader = server.default_handler("resources/read")
+        assert reader is not None
+
+        @server.on("resources/read")
+        def read_with_roots(params: dict[str, Any], ctx: Any) -> Any:
+            if "inputResponses" not in params:
+                return {"resultType": "input_required", "inputRequests": {"where": {"method": "roots/list"}}}
+            return {**reader(params, ctx), "ttlMs": 600_000, "cacheScope": "public"}
+
+        with mcp.connect(server.transport(), roots=[{"uri": "file:///w"}]) as client:
+            with client.watch_resource(URI) as first:
+                assert first.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+                assert server.count("resources/read") == 2  # the round that asked, and the retry
+                with client.watch_resource(URI) as second:
+                    assert second.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
+                assert server.count("resources/read") == 4  # read again: nothing was kept

@@ -85,6 +85,9 @@ class Call(Future[Any]):
         self._step_owns_expiry = False
         #: What to run once settled (the progress feed's end), off the settling thread.
         self._cleanup: list[Callable[[], None]] = []
+        #: ``input_required`` rounds answered: a result after one depends on inputs, so no
+        #: cache may keep it (the spec's caching text).
+        self.input_rounds = 0
 
     @property
     def request_id(self) -> Any:

@@ -292,7 +292,8 @@ class ResourceFeed:
             self.reads += 1
         context = self._context()
         try:
-            result = self.client.read_resource(self.uri)
+            call = self.client._start("resources/read", {"uri": self.uri}, timeout=None, interactive=True)
+            result = self.client._wait(call)
             contents = contents_of(self.uri, result)
         except Error as exc:
             self._failed(exc)
@@ -307,7 +308,8 @@ class ResourceFeed:
                 "%s changes faster than it can be read: the changes during a read are coalesced into one more read",
                 peer_text(self.uri),
             )
-        ttl_ms, scope = cache_hints(result)
+        # A result reached through input_required rounds depends on the inputs: never kept.
+        ttl_ms, scope = cache_hints(result) if call.input_rounds == 0 else (0, PUBLIC)
         sealed = canonical_digest(contents)  # what "unchanged" compares
         with self._lock:
             self._latest = (contents, sealed)

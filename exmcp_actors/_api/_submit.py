@@ -181,6 +181,7 @@ class SubmitCalls(ListCalls):
                 if drive.rounds >= MAX_INPUT_ROUNDS:
                     raise ProtocolError(f"{drive.method} asked for input more than {MAX_INPUT_ROUNDS} times")
                 drive.rounds += 1
+                call.input_rounds = drive.rounds
                 self._off_pool(call, drive, lambda: self._answer_round(call, drive, value))
             elif drive.checked_tool is not None and self._needs_lookup(drive.checked_tool, value):
                 tool = drive.checked_tool  # the listing blocks: off the pool, within the call's budget
