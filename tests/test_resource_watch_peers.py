@@ -55,6 +55,7 @@ def test_a_watch_carries_contents_across_changes_and_a_kill_and_restart(
     other = client.watch_resource(uri, timeout=WAIT)
     assert next_contents(watch) == text(1)
     assert next_contents(other) == text(1)
+    assert watch.follows_changes and other.follows_changes
     change(client, peer)
     assert next_contents(watch) == text(2)
     assert next_contents(other) == text(2)

@@ -108,6 +108,7 @@ class ResourceFeed:
                 opened = self._inner is not None
             if not opened:
                 inner = self._open()
+                self._say_if_unheard(inner)
                 with self._lock:
                     self._inner = inner
                     if self._worker is None:
@@ -183,6 +184,31 @@ class ResourceFeed:
         handle: Handle = client.watch(flt, subscriber=self, timeout=self._timeout, max_pending=self._max_pending)
         return handle
 
+    @property
+    def follows_changes(self) -> bool:
+        """Whether the server has said it will tell of changes to the URI (see ``ResourceWatch``)."""
+        return _hears(self._inner, self.uri)
+
+    def _say_if_unheard(self, inner: Handle) -> None:
+        """A watch whose server cannot tell of changes is told about once, not left to wait."""
+        if _hears(inner, self.uri):
+            return
+        client = self.client
+        notices: RateLimitedLog = client.__dict__.setdefault("_unheard_log", RateLimitedLog(logger))
+        why = (
+            "it offers no resources/subscribe"
+            if getattr(inner, "acknowledged_filter", None) is None
+            else "its subscriptions/listen did not take the URI"
+        )
+        notices.warning(
+            "unheard",
+            "resource watch of %s on %s: the server cannot tell of changes to it (%s); its contents "
+            "are read now and after each reconnect, never on a change (read_resource() reads it anew)",
+            peer_text(self.uri),
+            client.name,
+            why,
+        )
+
     # -- the worker --------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -226,6 +252,7 @@ class ResourceFeed:
             )
             self._end_all(reason)
             return False
+        self._say_if_unheard(inner)
         with self._lock:
             if self._ended:
                 stale: Handle | None = inner
@@ -287,3 +314,14 @@ class ResourceFeed:
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
+
+
+def _hears(inner: Any, uri: str) -> bool:
+    """Whether the watch ``inner`` hears of changes to ``uri``: a legacy one subscribed it (only
+    where the server offers ``resources/subscribe``); a modern one had it acknowledged."""
+    if inner is None:
+        return False
+    acknowledged = inner.acknowledged_filter
+    if acknowledged is None:  # a legacy watch: no acknowledgment, its filter is what it subscribed
+        return uri in (inner.filter.get("resourceSubscriptions") or ())
+    return uri in (acknowledged.get("resourceSubscriptions") or ())

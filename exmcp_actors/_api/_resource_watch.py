@@ -93,6 +93,8 @@ class ResourceWatch(Handle):
     Attributes:
         uri: the watched URI.
         contents: the contents last delivered to this handle (None before the first).
+        follows_changes: whether the server tells of changes (a property; False: the
+            contents come now and after each reconnect only).
 
     Messages: :class:`ResourceChanged` (the current contents first, then after each change
     that changed them), :class:`ResourceReadFailed`, and :class:`~exmcp_actors.Closed` when
@@ -110,6 +112,13 @@ class ResourceWatch(Handle):
         self._digest: bytes | None = None
         self._gone = False
         self._feed: ResourceFeed | None = None
+
+    @property
+    def follows_changes(self) -> bool:
+        """Whether the server tells this watch when the resource changes: False where it cannot
+        (no ``resources/subscribe`` on 2025-11-25, or a 2026-07-28 listen that did not take the
+        URI, or none at all): then the contents come now and after each reconnect only."""
+        return self._feed.follows_changes if self._feed is not None and not self._gone else False
 
     @property
     def reads(self) -> int:
