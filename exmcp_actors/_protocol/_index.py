@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message
+from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message, uri_key
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
 
@@ -43,8 +43,8 @@ class ListenerIndex(Generic[T]):
         self._filters[key] = flt
         for category in flt.categories:
             self._by_category.setdefault(category, {})[key] = entry
-        for uri in flt.uris:
-            self._by_uri.setdefault(uri, {})[key] = entry
+        for uri in flt.uris:  # by the form every spelling of it shares: servers echo their own
+            self._by_uri.setdefault(uri_key(uri), {})[key] = entry
         for method in flt.methods:
             self._by_method.setdefault(method, {})[key] = entry
 
@@ -56,7 +56,7 @@ class ListenerIndex(Generic[T]):
         for category in flt.categories:
             _discard(self._by_category, category, key)
         for uri in flt.uris:
-            _discard(self._by_uri, uri, key)
+            _discard(self._by_uri, uri_key(uri), key)
         for method in flt.methods:
             _discard(self._by_method, method, key)
 
@@ -78,7 +78,7 @@ class ListenerIndex(Generic[T]):
     def _bucket(self, method: str, params: Any) -> dict[Hashable, T] | None:
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if type(params) is dict else None
-            return self._by_uri.get(uri) if type(uri) is str else None
+            return self._by_uri.get(uri_key(uri)) if type(uri) is str else None
         category = CATEGORY_OF_METHOD.get(method)
         return self._by_category.get(category) if category is not None else None
 
