@@ -155,3 +155,15 @@ def test_a_different_uri_is_not_taken_for_another_spelling(subscribed: str, sent
     assert not normalize_filter({"resourceSubscriptions": [subscribed]}).enables(
         "notifications/resources/updated", {"uri": sent}, sub_resources=True
     )
+
+
+def test_the_spellings_a_server_sends_cost_a_bounded_cache() -> None:
+    from exmcp_actors._protocol._filters import _KEYS_CACHED, _cached_key
+
+    index: ListenerIndex[str] = ListenerIndex()
+    long = "file:///" + "x" * 100_000 + " end"
+    index.add(1, normalize_filter({"resourceSubscriptions": [long]}), "one")
+    for number in range(3 * _KEYS_CACHED):
+        assert not list(index.reached("notifications/resources/updated", {"uri": f"file:///n{number}"}))
+    assert list(index.reached("notifications/resources/updated", {"uri": long.replace(" ", "%20")})) == ["one"]
+    assert _cached_key.cache_info().currsize <= _KEYS_CACHED

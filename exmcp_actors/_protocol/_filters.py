@@ -279,7 +279,7 @@ def uri_within(uri: str, subscribed: tuple[str, ...]) -> bool:
     return False
 
 
-#: Characters a URI holds as they are (RFC 3986: unreserved, reserved, and "%" of an escape).
+#: Characters a URI holds as they are (RFC 3986: unreserved and reserved; "%" only in an escape).
 _URI_CHARS: Final = frozenset(string.ascii_letters + string.digits + "-._~:/?#[]@!$&'()*+,;=")
 _UNRESERVED: Final = frozenset(string.ascii_letters + string.digits + "-._~")
 _HEX: Final = frozenset(string.hexdigits)
@@ -287,8 +287,18 @@ _HEX: Final = frozenset(string.hexdigits)
 _SLASHED: Final = frozenset({"http", "https", "ws", "wss", "ftp"})
 
 
-@functools.lru_cache(maxsize=4096)
+#: URIs at most this long have their key cached (at most :data:`_KEYS_CACHED` of them): what a
+#: server sends cannot make the cache hold more than a few MiB.
+_CACHED_CHARS: Final = 2048
+_KEYS_CACHED: Final = 1024
+
+
 def uri_key(uri: str) -> str:
+    """The form every spelling of one URI shares (see :func:`_uri_key`); short ones are cached."""
+    return _cached_key(uri) if len(uri) <= _CACHED_CHARS else _uri_key(uri)
+
+
+def _uri_key(uri: str) -> str:
     """The form every spelling of one URI shares, for matching a ``resources/updated`` to what
     was subscribed: scheme and host in lower case, escapes in upper case (an unreserved character
     unescaped), what a URI cannot hold (a space, non-ASCII) escaped as UTF-8, and an http(s) or
@@ -307,8 +317,11 @@ def uri_key(uri: str) -> str:
     return urlunsplit((parts.scheme.lower(), userinfo + at + host.lower(), path, query, fragment))
 
 
+_cached_key: Final = functools.lru_cache(maxsize=_KEYS_CACHED)(_uri_key)
+
+
 def _escaped(part: str) -> str:
-    """``part`` with every escape in one form: see :func:`uri_key`."""
+    """``part`` with every escape in one form: see :func:`_uri_key`."""
     if "%" not in part and all(char in _URI_CHARS for char in part):
         return part
     out: list[str] = []
