@@ -76,6 +76,10 @@ def show_resource(hub: Hub, uri: str, out: IO[str], err: IO[str], *, as_json: bo
                 watches[name] = client.watch_resource(uri)
             except Error as exc:
                 say(err, f"cannot watch {uri} on {name}: {exc}")
+                continue
+            if not watches[name].follows_changes:
+                # Otherwise the one contents line reads like a resource that has not changed yet.
+                say(err, f"{name} cannot tell of changes to {uri}: its contents are shown now and after a reconnect")
         if not watches:
             return 1
         printer = ResourcePrinter(out, as_json=as_json, several=len(hub.specs) > 1)

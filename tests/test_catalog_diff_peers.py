@@ -1,7 +1,8 @@
 """CatalogChanged's diff against real servers, in both eras where they speak both, and across a
 kill and restart (the refetch, or the resync snapshot, is diffed against what was known before
-the drop): the Python SDK peer (ws, runtime tools), the TypeScript SDK v2 peer (stdio,
-``catdiff_reshape``), the npm server-everything (legacy, session resources), a hub of two."""
+the drop): the Python SDK peer (ws, runtime tools), the TypeScript SDK v2 peer (stdio and
+Streamable HTTP, ``catdiff_reshape``: inputSchema, outputSchema, annotations, title), the npm
+server-everything (legacy, session resources), a hub of two."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 import exmcp_actors as mcp
 from tests.peers.everything import everything_argv
 from tests.peers.everything import missing_tools as everything_missing
+from tests.peers.launch import Peer
 from tests.peers.ts_peer import missing_tools as ts_missing
-from tests.peers.ts_peer import ts_argv
+from tests.peers.ts_peer import ts_argv, ts_http_peer
 from tests.sdk_helpers import FAST_BACKOFF, WAIT, TapTransport, kill_pid
 
 PATIENT: dict[str, Any] = {"backoff": FAST_BACKOFF, "max_reconnect_attempts": 100}
@@ -114,3 +116,48 @@ def test_a_hub_catalog_carries_each_servers_diff(sdk_stdio_argv: list[str], sdk_
         merged = {(tool["server"], tool["name"]): tool for tool in catalog.tools}
         assert json.dumps(merged["b", "catdiff_a"]["inputSchema"]["properties"]) == '{"z": {"type": "string"}}'
         assert merged["a", "catdiff_a"]["inputSchema"]["properties"] == {}
+
+
+def _ts_client(transport: str, protocol: str, peer: Peer | None) -> tuple[mcp.Client, Any]:
+    if transport == "stdio":
+        tap = TapTransport(mcp.StdioTransport(ts_argv()))
+        return mcp.connect(tap, protocol=protocol, connect_timeout=SLOW, **PATIENT), tap
+    assert peer is not None
+    return mcp.connect(peer.url, protocol=protocol, connect_timeout=SLOW, **PATIENT), peer
+
+
+@pytest.mark.skipif(ts_missing() is not None, reason=str(ts_missing()))
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+def test_ts_peer_diffs_name_the_output_schema_annotations_and_title_across_a_kill(
+    transport: str, protocol: str
+) -> None:
+    # HTTP: the SDK's documented stateful composition for 2025 traffic (sessions, a GET stream).
+    peer = ts_http_peer("stateful") if transport == "http" else None
+    try:
+        client, target = _ts_client(transport, protocol, peer)
+        with client, client.catalog(timeout=SLOW) as catalog:
+            assert client.era == ("modern" if protocol == "auto" else "legacy")
+            shape: dict[str, Any] = {"name": "catdiff_o", "properties": ["a"]}
+            client.call_tool("catdiff_reshape", shape)
+            assert _diff(_next_diff(catalog)) == (("catdiff_o",), (), {})
+            client.call_tool("catdiff_reshape", {**shape, "output": ["r"]})
+            assert _diff(_next_diff(catalog)) == ((), (), {"catdiff_o": ("outputSchema",)})
+            client.call_tool("catdiff_reshape", {**shape, "output": ["r"], "readOnly": True})
+            assert _diff(_next_diff(catalog)) == ((), (), {"catdiff_o": ("annotations",)})
+            client.call_tool("catdiff_reshape", {**shape, "output": ["r", "s"], "readOnly": False, "title": "O"})
+            reshaped = _next_diff(catalog)
+            assert _diff(reshaped) == ((), (), {"catdiff_o": ("annotations", "outputSchema", "title")})
+            (item,) = [tool for tool in reshaped.items if tool["name"] == "catdiff_o"]
+            assert item["annotations"] == {"readOnlyHint": False} and item["title"] == "O"
+
+            if isinstance(target, TapTransport):
+                assert target.pid is not None
+                kill_pid(target.pid)  # a fresh process, which never had catdiff_o
+            else:
+                target.kill()
+                target.start()
+            assert _diff(_next_diff(catalog, timeout=SLOW)) == ((), ("catdiff_o",), {})
+    finally:
+        if peer is not None:
+            peer.stop()

@@ -112,3 +112,58 @@ def test_dispatch_touches_only_the_matching_listeners_not_all_of_them() -> None:
     index._by_category = _NoScan(index._by_category)  # type: ignore[assignment]
     assert list(index.reached("notifications/resources/updated", {"uri": "file:///4242"})) == [4242]
     assert list(index.reached("notifications/tools/list_changed", {})) == []
+
+
+#: (what the host subscribed, what a server built on a URL parser sends back): pydantic's
+#: AnyUrl in the Python SDK 1.x escapes spaces and non-ASCII, lower-cases scheme and host and
+#: gives an http authority the path "/".
+SPELLINGS = [
+    ("file:///a b.txt", "file:///a%20b.txt"),
+    ("file:///tmp/ü.txt", "file:///tmp/%C3%BC.txt"),
+    ("http://example.com", "http://example.com/"),
+    ("HTTP://Example.com/x", "http://example.com/x"),
+    ("http://x.org/%7Efoo", "http://x.org/%7efoo"),
+    ("http://x.org/~foo", "http://x.org/%7Efoo"),
+]
+
+
+@pytest.mark.parametrize(("subscribed", "sent"), SPELLINGS)
+def test_an_update_in_another_spelling_of_the_subscribed_uri_reaches_its_listener(subscribed: str, sent: str) -> None:
+    index: ListenerIndex[str] = ListenerIndex()
+    index.add(1, normalize_filter({"resourceSubscriptions": [subscribed]}), "one")
+    index.add(2, normalize_filter({"resourceSubscriptions": ["file:///other"]}), "two")
+    assert list(index.reached("notifications/resources/updated", {"uri": sent})) == ["one"]
+    assert list(index.reached("notifications/resources/updated", {"uri": subscribed})) == ["one"]
+    flt = normalize_filter({"resourceSubscriptions": [subscribed]})
+    assert flt.enables("notifications/resources/updated", {"uri": sent})
+    assert flt.enables("notifications/resources/updated", {"uri": sent}, sub_resources=True)
+
+
+@pytest.mark.parametrize(
+    ("subscribed", "sent"),
+    [
+        ("file:///a", "file:///b"),
+        ("demo://a/b", "demo://a/c"),
+        ("file:///a%2Fb", "file:///a/b"),
+        ("demo://a", "demo://ab"),
+    ],
+)
+def test_a_different_uri_is_not_taken_for_another_spelling(subscribed: str, sent: str) -> None:
+    index: ListenerIndex[str] = ListenerIndex()
+    index.add(1, normalize_filter({"resourceSubscriptions": [subscribed]}), "one")
+    assert list(index.reached("notifications/resources/updated", {"uri": sent})) == []
+    assert not normalize_filter({"resourceSubscriptions": [subscribed]}).enables(
+        "notifications/resources/updated", {"uri": sent}, sub_resources=True
+    )
+
+
+def test_the_spellings_a_server_sends_cost_a_bounded_cache() -> None:
+    from exmcp_actors._protocol._filters import _KEYS_CACHED, _cached_key
+
+    index: ListenerIndex[str] = ListenerIndex()
+    long = "file:///" + "x" * 100_000 + " end"
+    index.add(1, normalize_filter({"resourceSubscriptions": [long]}), "one")
+    for number in range(3 * _KEYS_CACHED):
+        assert not list(index.reached("notifications/resources/updated", {"uri": f"file:///n{number}"}))
+    assert list(index.reached("notifications/resources/updated", {"uri": long.replace(" ", "%20")})) == ["one"]
+    assert _cached_key.cache_info().currsize <= _KEYS_CACHED

@@ -106,7 +106,7 @@ def test_the_legacy_index_takes_a_sub_resource_exactly_as_the_modern_filter_does
 # -- 2026-07-28 basic/patterns/subscriptions, Acknowledgment: "The client SHOULD check the
 # acknowledged filter against what it requested and handle any unsupported types gracefully."
 # A resource watch on a server that will not tell of changes still gets the contents; it says
-# so (``notified``) instead of waiting for changes that cannot come.
+# so (``follows_changes``) instead of waiting for changes that cannot come.
 
 
 def _refuse_resource_subscriptions(server: FakeServer) -> None:
@@ -137,7 +137,7 @@ def test_a_resource_watch_says_whether_the_server_will_tell_of_changes(
             _refuse_resource_subscriptions(server)
         with mcp.connect(server.transport()) as client, client.watch_resource(URI) as watch:
             assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
-            assert watch.notified is notified
+            assert watch.follows_changes is notified
             assert server.count("resources/subscribe") == (1 if notified and era == "legacy" else 0)
 
 
@@ -150,7 +150,7 @@ def test_a_modern_server_with_nothing_to_listen_to_tells_of_no_changes() -> None
 
         with mcp.connect(server.transport()) as client, client.watch_resource(URI) as watch:
             assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}"
-            assert watch.notified is False
+            assert watch.follows_changes is False
 
 
 def test_a_legacy_server_that_stops_advertising_subscribe_leaves_a_watch_that_says_so() -> None:
@@ -158,12 +158,12 @@ def test_a_legacy_server_that_stops_advertising_subscribe_leaves_a_watch_that_sa
         client = mcp.connect(server.transport(), backoff=mcp.Backoff(initial=0.01, maximum=0.05))
         try:
             watch = client.watch_resource(URI)
-            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}" and watch.notified
+            assert watch.get(timeout=WAIT).contents[0]["text"] == f"contents of {URI}" and watch.follows_changes
             server.capabilities = {"resources": {"listChanged": True}}
             server.set_resource_text(URI, "read after the reconnect")
             server.drop()
             assert watch.get(timeout=WAIT).contents[0]["text"] == "read after the reconnect"
-            assert watch.notified is False
+            assert watch.follows_changes is False
         finally:
             client.disconnect()
 
@@ -238,7 +238,7 @@ def test_a_modern_resource_watch_listens_again_after_the_connection_is_re_establ
             assert relisten["params"]["notifications"] == {"resourceSubscriptions": [URI]}
             first = server.messages("subscriptions/listen", connection=1)[0]
             assert relisten["id"] != first["id"]  # a new request id, as a re-issued request needs
-            assert watch.notified
+            assert watch.follows_changes
         finally:
             client.disconnect()
 

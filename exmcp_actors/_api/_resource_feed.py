@@ -115,6 +115,7 @@ class ResourceFeed:
                 opened = self._inner is not None
             if not opened:
                 inner = self._open()
+                self._say_if_unheard(inner)
                 with self._lock:
                     self._inner = inner
                     if self._worker is None:
@@ -122,13 +123,6 @@ class ResourceFeed:
                             target=self._run, name=f"exmcp-rwatch-{self.client.name}", daemon=True
                         )
                         self._worker.start()
-                if not self.notified:
-                    logger.info(
-                        "%s will not tell of changes to %s (no resource subscriptions): the watch gets "
-                        "its contents now and again after a reconnect, not after a change",
-                        self.client.name,
-                        peer_text(self.uri),
-                    )
             context = self._context() if self._read_as is not None else None
             with self._lock:
                 if self._ended:
@@ -213,16 +207,29 @@ class ResourceFeed:
         return handle
 
     @property
-    def notified(self) -> bool:
-        """Whether the server tells of this URI's changes: legacy, it advertises
-        ``resources.subscribe`` (and took the subscription); 2026-07-28, its acknowledgment of
-        the listen names the URI (or one it is under)."""
-        inner = self._inner
-        acknowledged = getattr(inner, "acknowledged_filter", None)
-        if isinstance(acknowledged, dict):  # a 2026-07-28 watch: what the server agreed to
-            uris = acknowledged.get("resourceSubscriptions") or ()
-            return uri_within(self.uri, tuple(uri for uri in uris if isinstance(uri, str)))
-        return inner is not None and self._subscribed
+    def follows_changes(self) -> bool:
+        """Whether the server tells of this URI's changes (see ``ResourceWatch``)."""
+        return _hears(self._inner, self.uri, self._subscribed)
+
+    def _say_if_unheard(self, inner: Handle) -> None:
+        """A watch whose server cannot tell of changes is told about once, not left to wait."""
+        if _hears(inner, self.uri, self._subscribed):
+            return
+        client = self.client
+        notices: RateLimitedLog = client.__dict__.setdefault("_unheard_log", RateLimitedLog(logger))
+        why = (
+            "it offers no resources/subscribe"
+            if getattr(inner, "acknowledged_filter", None) is None
+            else "its subscriptions/listen did not take the URI"
+        )
+        notices.warning(
+            "unheard",
+            "resource watch of %s on %s: the server cannot tell of changes to it (%s); its contents "
+            "are read now and after each reconnect, never on a change (read_resource() reads it anew)",
+            peer_text(self.uri),
+            client.name,
+            why,
+        )
 
     # -- the worker --------------------------------------------------------------------------
 
@@ -267,6 +274,7 @@ class ResourceFeed:
             )
             self._end_all(reason)
             return False
+        self._say_if_unheard(inner)
         with self._lock:
             if self._ended:
                 stale: Handle | None = inner
@@ -341,3 +349,16 @@ class ResourceFeed:
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
+
+
+def _hears(inner: Any, uri: str, subscribed: bool) -> bool:
+    """Whether the watch ``inner`` hears of changes to ``uri``: a 2026-07-28 one had it (or a URI
+    it is under) acknowledged; a legacy one ``subscribed`` it (only where the server offers
+    ``resources/subscribe``, and again after each reconnect)."""
+    if inner is None:
+        return False
+    acknowledged = getattr(inner, "acknowledged_filter", None)
+    if isinstance(acknowledged, dict):
+        uris = acknowledged.get("resourceSubscriptions") or ()
+        return uri_within(uri, tuple(held for held in uris if isinstance(held, str)))
+    return subscribed

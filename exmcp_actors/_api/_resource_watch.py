@@ -93,6 +93,8 @@ class ResourceWatch(Handle):
     Attributes:
         uri: the watched URI.
         contents: the contents last delivered to this handle (None before the first).
+        follows_changes: whether the server tells of changes (a property; False: the
+            contents come now and after each reconnect only).
 
     Messages: :class:`ResourceChanged` (the current contents first, then after each change
     that changed them), :class:`ResourceReadFailed`, and :class:`~exmcp_actors.Closed` when
@@ -112,11 +114,11 @@ class ResourceWatch(Handle):
         self._feed: ResourceFeed | None = None
 
     @property
-    def notified(self) -> bool:
-        """Whether the server tells of this resource's changes (legacy: it advertises
-        ``resources.subscribe``; 2026-07-28: it acknowledged the URI). Without that the watch
-        gets the contents when made and after each reconnect, never after a change."""
-        return self._feed.notified if self._feed is not None else False
+    def follows_changes(self) -> bool:
+        """Whether the server tells this watch when the resource changes: False where it cannot
+        (no ``resources/subscribe`` on 2025-11-25, or a 2026-07-28 listen that did not take the
+        URI, or none at all): then the contents come now and after each reconnect only."""
+        return self._feed.follows_changes if self._feed is not None and not self._gone else False
 
     @property
     def reads(self) -> int:

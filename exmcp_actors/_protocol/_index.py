@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message
+from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message, uri_key
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
 
@@ -52,9 +52,10 @@ class ListenerIndex(Generic[T]):
         self._order[key] = self._added
         for category in flt.categories:
             self._by_category.setdefault(category, {})[key] = entry
-        for uri in flt.uris:
-            self._by_uri.setdefault(uri, {})[key] = entry
-            base = uri.rstrip("/")
+        for uri in flt.uris:  # by the form every spelling of it shares: servers echo their own
+            key_form = uri_key(uri)
+            self._by_uri.setdefault(key_form, {})[key] = entry
+            base = key_form.rstrip("/")
             self._by_base.setdefault(base, {})[key] = entry
             self._base_lengths[len(base)] = self._base_lengths.get(len(base), 0) + 1
         for method in flt.methods:
@@ -69,8 +70,9 @@ class ListenerIndex(Generic[T]):
         for category in flt.categories:
             _discard(self._by_category, category, key)
         for uri in flt.uris:
-            _discard(self._by_uri, uri, key)
-            base = uri.rstrip("/")
+            key_form = uri_key(uri)
+            _discard(self._by_uri, key_form, key)
+            base = key_form.rstrip("/")
             _discard(self._by_base, base, key)
             left = self._base_lengths[len(base)] - 1
             if left:
@@ -98,16 +100,16 @@ class ListenerIndex(Generic[T]):
     def _bucket(self, method: str, params: Any) -> dict[Hashable, T] | None:
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if type(params) is dict else None
-            return self._updated(uri) if type(uri) is str else None
+            return self._updated(uri_key(uri)) if type(uri) is str else None
         category = CATEGORY_OF_METHOD.get(method)
         return self._by_category.get(category) if category is not None else None
 
     def _updated(self, uri: str) -> dict[Hashable, T] | None:
-        """The entries a ``resources/updated`` of ``uri`` reaches: those of ``uri`` and, since
-        the spec says the URI "might be a sub-resource of the one that the client actually
-        subscribed to", those of each URI it is under (as ``_filters.uri_within`` matches a
-        modern one), in registration order. Costs one try per length of URI held, whatever
-        the server sends."""
+        """The entries a ``resources/updated`` of ``uri`` (in its key form, ``uri_key``) reaches:
+        those of ``uri`` and, since the spec says the URI "might be a sub-resource of the one that
+        the client actually subscribed to", those of each URI it is under (as
+        ``_filters.uri_within`` matches a modern one), in registration order. Costs one try per
+        length of URI held, whatever the server sends."""
         exact = self._by_uri.get(uri)
         under = [
             bucket

@@ -12,7 +12,11 @@ advertises no change notifications and answers ``subscriptions/listen`` with -32
 Tools: ``echo {text}``; ``touch {uri}`` (bumps the version ``read_resource`` shows);
 ``crunch {n, delay}`` (may run as a task: it does, for a client that declares the tasks
 extension); ``must_task {n}`` (runs only as a task); ``ask_name`` (a task that asks the
-client's elicitation handler for a name, through ``tasks/get`` and ``tasks/update``).
+client's elicitation handler for a name, through ``tasks/get`` and ``tasks/update``);
+``shape_tool {name, properties, title?, read_only?}`` (adds or reshapes a tool: string
+properties, a title, a ``readOnlyHint`` annotation) and ``drop_tool {name}``, each followed by
+``notifications/tools/list_changed`` on the calling request (what fastmcp's own visibility
+changes send; a 2026-07-28 connection has no standing channel, so it rides the call's stream).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import mcp_types as types
 from fastmcp import Context, FastMCP
+from fastmcp.tools.function_tool import FunctionTool
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
 
@@ -82,6 +87,35 @@ async def ask_name(ctx: Context) -> Any:
         return types.InputRequiredResult(input_requests={"name": ask})
     content = getattr(answer, "content", None) or {}
     return f"hello {content.get('name', 'nobody')}"
+
+
+def _shaped(name: str) -> str:
+    return name
+
+
+@mcp.tool
+async def shape_tool(
+    name: str, properties: list[str], ctx: Context, title: str | None = None, read_only: bool | None = None
+) -> str:
+    """Adds or reshapes a tool, then says tools/list_changed."""
+    try:
+        mcp.local_provider.remove_tool(name)
+    except KeyError:
+        pass
+    annotations = None if read_only is None else types.ToolAnnotations(read_only_hint=read_only)
+    tool = FunctionTool.from_function(_shaped, name=name, title=title, annotations=annotations)
+    schema = {"type": "object", "properties": {p: {"type": "string"} for p in properties}}
+    mcp.add_tool(tool.model_copy(update={"parameters": schema}))
+    await ctx.send_notification(types.ToolListChangedNotification())
+    return f"shaped {name}"
+
+
+@mcp.tool
+async def drop_tool(name: str, ctx: Context) -> str:
+    """Removes a tool, then says tools/list_changed."""
+    mcp.local_provider.remove_tool(name)
+    await ctx.send_notification(types.ToolListChangedNotification())
+    return f"dropped {name}"
 
 
 def main() -> None:

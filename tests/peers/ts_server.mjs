@@ -25,8 +25,10 @@
 // (waits; records under key whether its request was aborted, by notifications/cancelled or
 // the close of its stream) and was_aborted {key} (that record). The server declares the
 // extension com.example/ts-peer.
-// catdiff_reshape {name, properties}: (re)registers a tool `name` whose inputSchema has those
-// string properties, on every live instance too, then tools/list_changed.
+// catdiff_reshape {name, properties, output?, readOnly?, title?}: (re)registers a tool `name`
+// whose inputSchema has those string properties (and an outputSchema with the `output` ones, a
+// readOnlyHint annotation, a title, when given), on every live instance too, then
+// tools/list_changed.
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
@@ -170,10 +172,16 @@ function build(ctx) {
     'catdiff_reshape',
     {
       description: 'Registers or reshapes a tool, then tools/list_changed.',
-      inputSchema: { name: z.string(), properties: z.array(z.string()) },
+      inputSchema: {
+        name: z.string(),
+        properties: z.array(z.string()),
+        output: z.array(z.string()).optional(),
+        readOnly: z.boolean().optional(),
+        title: z.string().optional(),
+      },
     },
-    ({ name, properties }) => {
-      catdiffShapes.set(name, properties);
+    ({ name, properties, output, readOnly, title }) => {
+      catdiffShapes.set(name, { properties, output, readOnly, title });
       for (const other of live) catdiffRegister(other, name);
       announce('tools');
       return text(`reshaped ${name}`);
@@ -208,8 +216,13 @@ function build(ctx) {
 
 function catdiffRegister(server, name) {
   server.catdiffTools.get(name)?.remove();
-  const shape = Object.fromEntries(catdiffShapes.get(name).map((property) => [property, z.string()]));
-  server.catdiffTools.set(name, server.registerTool(name, { description: 'Reshaped at run time.', inputSchema: shape }, () => text(name)));
+  const { properties, output, readOnly, title } = catdiffShapes.get(name);
+  const strings = (names) => Object.fromEntries(names.map((property) => [property, z.string()]));
+  const config = { description: 'Reshaped at run time.', inputSchema: strings(properties) };
+  if (output !== undefined) config.outputSchema = strings(output);
+  if (readOnly !== undefined) config.annotations = { readOnlyHint: readOnly };
+  if (title !== undefined) config.title = title;
+  server.catdiffTools.set(name, server.registerTool(name, config, () => text(name)));
 }
 
 if (transport === 'stdio') {
