@@ -180,6 +180,22 @@ def test_more_contents_than_the_cap_fail_with_a_reason_that_says_so() -> None:
             assert isinstance(changed, mcp.ResourceChanged) and len(changed.contents) == cap
 
 
+def test_an_unchanged_read_keeps_one_copy_of_the_contents() -> None:
+    # A handle keeps the contents it was last given, and the feed the last read's: when a read
+    # brings the same contents again, the feed kept the new copy beside the handle's old one,
+    # so a watched 8 MiB text cost two of them for as long as it did not change.
+    with FakeServer() as server, mcp.connect(server.transport()) as client:
+        server.set_resource_text(URI, "same")
+        with client.watch_resource(URI) as first:
+            assert _next_text(first) == "same"
+            server.updated(URI)
+            wait_until(lambda: first.reads == 2, what="the second read")
+            # Its first contents come from that second read (or what the feed kept after it).
+            with client.watch_resource(URI) as second:
+                assert _next_text(second) == "same"
+                assert second.contents is first.contents
+
+
 def test_a_result_without_contents_is_a_protocol_error_message() -> None:
     with FakeServer() as server, mcp.connect(server.transport()) as client:
         server.on("resources/read", lambda params, ctx: {"contents": "not a list"})

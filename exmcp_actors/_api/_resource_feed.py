@@ -269,6 +269,8 @@ class ResourceFeed:
         ttl_ms, _scope = cache_hints(result)
         sealed = canonical_digest(contents)  # what "unchanged" compares
         with self._lock:
+            if self._latest is not None and self._latest[1] == sealed:
+                contents = self._latest[0]  # unchanged: the handles hold this copy, keep only it
             self._latest = (contents, sealed)
             self._fresh_until = time.monotonic() + max(ttl_ms / 1000, MIN_FRESH) if ttl_ms > 0 else 0.0
             for handle in list(self._handles):
