@@ -13,6 +13,7 @@ being ``listed`` (the catalog at the start), ``added``, ``removed`` or ``changed
 from __future__ import annotations
 
 import queue
+import re
 import time
 from collections.abc import Iterator
 from typing import IO, Any, Final
@@ -30,6 +31,23 @@ _SIGNS: Final = {"added": "+", "removed": "-", "changed": "~"}
 _FIELDS_SHOWN: Final = 20
 #: Seconds between two looks at whether any server's catalog is still followed.
 _POLL: Final = 0.5
+#: Characters that draw nothing (the soft hyphen, zero-width ones, bidi marks, word joiners
+#: and invisible operators, the BOM, variation selectors, tag characters, Hangul fillers):
+#: in a name they make two keys look alike, so a text line shows them escaped.
+_INVISIBLE: Final = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2060-\u2064"
+    "\u206a-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+)
+
+
+def _visible(text: str) -> str:
+    """``text`` with the characters that draw nothing escaped (``\\u200b``, ``\\U000e0041``)."""
+
+    def escaped(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+    return _INVISIBLE.sub(escaped, text)
 
 
 class CatalogPrinter(LinePrinter):
@@ -50,10 +68,10 @@ class CatalogPrinter(LinePrinter):
             return
         sign = _SIGNS.get(event)
         text = f"{sign} " if sign else ""
-        text += f"{_SINGULAR[kind]} {peer_text(key) if isinstance(key, str) else peer_text(key, quote=True)}"
+        text += f"{_SINGULAR[kind]} {_visible(peer_text(key) if isinstance(key, str) else peer_text(key, quote=True))}"
         if fields:
             # A hostile item may have a million fields: the line names the first few.
-            shown = ", ".join(peer_text(field, 80) for field in fields[:_FIELDS_SHOWN])
+            shown = ", ".join(_visible(peer_text(field, 80)) for field in fields[:_FIELDS_SHOWN])
             more = len(fields) - _FIELDS_SHOWN
             text += f": {shown}" + (f", ... {more} more" if more > 0 else "")
         self._write_text(server, text)

@@ -15,6 +15,8 @@ from typing import IO, Any, Final
 from ._protocol._peer_text import escape_unsafe, peer_text
 
 PROG: Final = "exmcp-watch"
+#: Characters of the repr that stands for a value too deep to print as JSON.
+_REPR_CHARS: Final = 2000
 
 
 def say(err: IO[str], text: str) -> None:
@@ -33,6 +35,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _json_line(value: Any) -> str | None:
+    """``value`` as one line of strict JSON; None when it nests too deep to encode here."""
+    try:
+        try:
+            return json.dumps(value, default=str, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a server's NaN or Infinity: rare, so only then the walk
+            return json.dumps(_finite(value), default=str, separators=(",", ":"))
+    except RecursionError:
+        return None
+
+
 class LinePrinter:
     """One line per event on ``out``: JSON, or text prefixed ``[server]`` when there are several."""
 
@@ -42,10 +55,16 @@ class LinePrinter:
         self._several = several
 
     def _write_json(self, record: dict[str, Any]) -> None:
-        try:
-            line = json.dumps(record, default=str, separators=(",", ":"), allow_nan=False)
-        except ValueError:  # a server's NaN or Infinity: rare, so only then the walk
-            line = json.dumps(_finite(record), default=str, separators=(",", ":"))
+        line = _json_line(record)
+        if line is None:
+            # Nested deeper than this stack lets the encoder go (the reader decoded it higher
+            # up its own): each such value as the string of its shortened repr.
+            line = _json_line(
+                {
+                    key: value if _json_line(value) else peer_text(value, _REPR_CHARS, quote=True)
+                    for key, value in record.items()
+                }
+            )
         print(line, file=self._out, flush=True)
 
     def _write_text(self, server: str, text: str) -> None:

@@ -347,6 +347,23 @@ def test_qt_deleted_object_drops_with_a_log(qt_app: Any, records: Callable[[floa
     assert sub.dropped == 2 and len(caught.records) == 1
 
 
+def test_qt_put_costs_no_reference_to_true_however_many_messages(qt_app: Any) -> None:
+    # PySide6 6.12's SignalInstance.emit() returns True without owning a reference to it: on a
+    # CPython without immortal bools (3.11) every emit took one away, and a few hundred messages
+    # later the interpreter aborted (bool_dealloc). put() must leave True's count as it was.
+    sub = QtSubscriber()
+    got: list[Any] = []
+    sub.message.connect(got.append)  # a direct connection: the slot runs inside emit()
+    messages = 200
+    before = sys.getrefcount(True)
+    for n in range(messages):
+        sub.put(_event(n))
+    lost = before - sys.getrefcount(True)
+    sub.message.disconnect(got.append)
+    assert len(got) == messages
+    assert lost < messages // 4, f"{lost} references to True lost in {messages} put() calls"
+
+
 def test_qt_without_pyside6_is_an_import_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_qt, "_qt_class", None)
     monkeypatch.setitem(sys.modules, "PySide6", None)

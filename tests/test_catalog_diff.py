@@ -16,8 +16,8 @@ import exmcp_actors as mcp
 from exmcp_actors._api import _catalog as catalog_module
 from exmcp_actors._protocol._catalog_diff import MAX_DIFFED, CatalogDiff, compose, diff_lists
 from exmcp_actors._protocol._ratelog import RateLimitedLog
-from exmcp_actors.testing import FakeServer
-from tests.waiting import WAIT
+from exmcp_actors.testing import FakeError, FakeServer
+from tests.waiting import WAIT, wait_until
 
 OBJ = {"type": "object"}
 
@@ -152,6 +152,31 @@ def test_a_hostile_list_is_capped_logged_once_and_never_hurts_the_catalog(
         assert catalog.diff_truncated["tools"]  # the list before it was cut
         server.list_changed("tools")
         assert _next(catalog)[4:] == ((), (), {}) and not catalog.diff_truncated["tools"]
+
+
+def test_refetches_that_keep_failing_are_logged_at_most_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    # A server that floods list_changed and fails every tools/list made one warning per
+    # refetch: hundreds of records a second.
+    failing = threading.Event()
+    failing.set()
+
+    def listing(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        if failing.is_set() and server.count("tools/list") > 1:
+            raise FakeError(-32000, "boom \x1b[2J")
+        return {"tools": [_tool("after")] if not failing.is_set() else [_tool("before")]}
+
+    with FakeServer() as server, mcp.connect(server.transport()) as client, client.catalog() as catalog:
+        server.on("tools/list", listing)
+        caplog.set_level(logging.WARNING, logger="exmcp_actors.catalog")
+        for n in range(20):
+            server.list_changed("tools")
+            wait_until(lambda n=n: server.count("tools/list") >= n + 2, what=f"refetch {n + 1}")
+        failing.clear()
+        server.list_changed("tools")  # a marker: the worker refetches in order, after every failure
+        assert _next(catalog).added == ("after",)
+        failures = [r.getMessage() for r in caplog.records if "refetching tools failed" in r.getMessage()]
+        assert len(failures) == 1, failures
+        assert "\x1b" not in failures[0]  # the server's text is escaped
 
 
 def test_unread_refreshes_are_kept_as_one_message_with_both_diffs() -> None:

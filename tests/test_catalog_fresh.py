@@ -229,6 +229,30 @@ def test_refresh_fetches_after_a_bounded_jitter_without_blocking_or_blocking_whe
             assert _names(catalog.get(timeout=WAIT).items) == ["c"]
 
 
+def test_a_waited_refresh_gives_up_within_the_timeout_while_the_worker_refetches() -> None:
+    # The worker's own refetch holds the kind for as long as the server takes over it (each
+    # page the client's request timeout): a waited refresh queued behind it for all that time.
+    listing, release = threading.Event(), threading.Event()
+    with FakeServer(era="modern", capabilities={"tools": {"listChanged": True}}) as server:
+
+        @server.on("tools/list", concurrent=True)
+        def slow(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+            if server.count("tools/list") == 2:  # the worker's refetch after the list_changed
+                listing.set()
+                ctx.wait(release, timeout=15)
+            return {"tools": [_tool("a")]}
+
+        with mcp.connect(server.transport(), request_timeout=15) as client, client.catalog(timeout=0.5) as catalog:
+            tools_changed(catalog, server)
+            assert listing.wait(WAIT)
+            started = time.monotonic()
+            with pytest.raises(mcp.RequestTimeout, match="tools"):
+                catalog.refresh("tools", wait=True)
+            took = time.monotonic() - started
+            release.set()
+            assert took < 0.5 + MAX_JITTER + 2.0, took
+
+
 def test_unread_stale_notices_leave_one_pending_per_kind() -> None:
     with FakeServer(era="modern", capabilities=QUIET) as server:
         paged(server, [["a"]], [600_000])

@@ -93,6 +93,23 @@ def test_the_printer_escapes_and_bounds_what_servers_name() -> None:
     assert record["key"] == hostile and record["kind"] == "prompt" and "\x1b" not in as_json.getvalue()
 
 
+@pytest.mark.parametrize(
+    "unseen",
+    ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u200e", "\u200f", "\u061c", "\U000e0041", "\u3164"],
+)
+def test_a_name_that_differs_only_by_an_invisible_character_shows_the_difference(unseen: str) -> None:
+    # Zero-width and tag characters, bidi marks, the soft hyphen and Hangul fillers draw
+    # nothing: "tool echo" and a new "tool echo<U+200B>" printed alike, so a server could pass a
+    # tool of its own off as one the user knows ("~ tool echo: inputSchema" about another tool).
+    out = io.StringIO()
+    printer = CatalogPrinter(out, as_json=False, several=False)
+    printer.line("srv", "changed", "tools", f"ec{unseen}ho", (f"input{unseen}Schema",))
+    line = out.getvalue().rstrip("\n")
+    escaped = f"\\u{ord(unseen):04x}" if ord(unseen) <= 0xFFFF else f"\\U{ord(unseen):08x}"
+    assert line == f"~ tool ec{escaped}ho: input{escaped}Schema"
+    assert line.isascii()
+
+
 def test_a_change_already_in_the_listed_lists_is_not_shown_twice() -> None:
     # A change that lands between the drain and the listing is in both: the listing shows its
     # result, and its change lines then show only what the listing did not.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 
 import pytest
 
@@ -96,6 +97,28 @@ def test_a_json_line_stays_strict_json_when_a_server_sent_nan_or_infinity() -> N
     record = json.loads(out.getvalue(), parse_constant=_strict)
     assert record["contents"][0]["text"] == "t"
     assert record["contents"][0]["_meta"] == {"n": "NaN", "big": "Infinity", "small": ["-Infinity"]}
+
+
+def _nested(depth: int, leaf: object) -> dict[str, object]:
+    value: object = leaf
+    for _ in range(depth):
+        value = {"a": value}
+    return {"text": "t", "_meta": value}
+
+
+@pytest.mark.parametrize("leaf", [1, float("nan")], ids=["plain", "nan"])
+def test_a_json_line_stays_json_when_the_contents_nest_deeper_than_the_printer_can_go(leaf: object) -> None:
+    # The reader decodes a frame near the top of its thread's stack; the printer encodes it
+    # deeper down its own (and walks a NaN's levels in Python): a RecursionError ended the CLI.
+    out = io.StringIO()
+    deep = [_nested(sys.getrecursionlimit(), leaf)]
+    ResourcePrinter(out, as_json=True, several=False).line(
+        "srv", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a", deep)
+    )
+    assert out.getvalue().count("\n") == 1
+    record = json.loads(out.getvalue(), parse_constant=_strict)
+    assert (record["event"], record["uri"]) == ("contents", "demo://a")
+    assert isinstance(record["contents"], str) and record["contents"].startswith("[{")
 
 
 def test_a_text_line_stays_bounded_however_many_contents_a_read_has() -> None:

@@ -162,6 +162,40 @@ def test_contents_above_the_cap_fail_with_a_reason_that_says_so() -> None:
             assert _next_text(watch) == "small again"
 
 
+def test_more_contents_than_the_cap_fail_with_a_reason_that_says_so() -> None:
+    # The character cap let any number of empty contents through: a 16 MiB frame of "{}" is
+    # 5.5 million dicts, some 350 MB a copy, held by the watch for as long as it lives.
+    cap = 10_000  # the documented MAX_CONTENTS_ITEMS
+    count = [cap + 1]
+    with FakeServer() as server, mcp.connect(server.transport()) as client:
+        server.on("resources/read", lambda params, ctx: {"contents": [{"uri": URI, "text": ""}] * count[0]})
+        with client.watch_resource(URI) as watch:
+            failed = watch.get(timeout=WAIT)
+            assert isinstance(failed, mcp.ResourceReadFailed)
+            assert failed.error.reason == ("too_many_contents", cap + 1, cap)
+            assert "more than a resource watch delivers" in str(failed.error)
+            count[0] = cap
+            server.updated(URI)
+            changed = watch.get(timeout=WAIT)
+            assert isinstance(changed, mcp.ResourceChanged) and len(changed.contents) == cap
+
+
+def test_an_unchanged_read_keeps_one_copy_of_the_contents() -> None:
+    # A handle keeps the contents it was last given, and the feed the last read's: when a read
+    # brings the same contents again, the feed kept the new copy beside the handle's old one,
+    # so a watched 8 MiB text cost two of them for as long as it did not change.
+    with FakeServer() as server, mcp.connect(server.transport()) as client:
+        server.set_resource_text(URI, "same")
+        with client.watch_resource(URI) as first:
+            assert _next_text(first) == "same"
+            server.updated(URI)
+            wait_until(lambda: first.reads == 2, what="the second read")
+            # Its first contents come from that second read (or what the feed kept after it).
+            with client.watch_resource(URI) as second:
+                assert _next_text(second) == "same"
+                assert second.contents is first.contents
+
+
 def test_a_result_without_contents_is_a_protocol_error_message() -> None:
     with FakeServer() as server, mcp.connect(server.transport()) as client:
         server.on("resources/read", lambda params, ctx: {"contents": "not a list"})

@@ -109,6 +109,9 @@ class Catalog(Handle):
         self._lock = threading.Lock()
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._timeout = timeout
+        #: Refetch failures: a server that floods list_changed and fails every listing would
+        #: otherwise cost a record per refetch.
+        self._log = RateLimitedLog(logger)
         self._closed = False
         self._started = False
         #: kind -> whether its latest diff was cut at MAX_DIFFED (see :attr:`diff_truncated`).
@@ -311,7 +314,9 @@ class Catalog(Handle):
                 items = self._fresh.walk(kind, cache=False)
             except Error as exc:
                 # A Reconnected (or the close) follows a lost connection, and refetches then.
-                logger.warning("catalog of %s: refetching %s failed: %s", self.client.name, kind, exc)
+                self._log.warning(
+                    f"refetch-{kind}", "catalog of %s: refetching %s failed: %s", self.client.name, kind, exc
+                )
                 return
             if not always and items == self._fresh.visible(kind):
                 return

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal, NamedTuple
 
-from .._protocol._errors import Error
+from .._protocol._errors import Error, RequestTimeout
 from .._protocol._ratelog import RateLimitedLog
 from .._util._scheduler import TimerHandle, call_later
 
@@ -210,15 +210,25 @@ class Freshness:
             lock.release()
 
     def refetch_now(self, kind: str) -> None:
-        """A host-asked refetch of ``kind`` from the server, on the caller's thread. Raises
-        what the walk raises."""
-        with self._locks[kind]:
-            self._refetch(kind, cache=False)
+        """A host-asked refetch of ``kind`` from the server, on the caller's thread, within the
+        catalog's timeout: waiting for another fetch of the kind (the worker's may take the
+        server's time, page after page) counts. Raises what the walk raises, and
+        RequestTimeout when the other fetch outlasts the timeout."""
+        deadline = time.monotonic() + self._timeout
+        lock = self._locks[kind]
+        if not lock.acquire(timeout=self._timeout):
+            raise RequestTimeout(f"{kind} was not refetched within {self._timeout:g}s: another fetch of it is running")
+        try:
+            self._refetch(kind, cache=False, deadline=deadline)
+        finally:
+            lock.release()
 
-    def _refetch(self, kind: str, *, cache: bool) -> list[dict[str, Any]]:
-        """Under the kind's lock: walk it within the catalog's timeout; a changed list is
-        handed to the worker to publish."""
-        items = self.walk(kind, cache=cache, deadline=time.monotonic() + self._timeout)
+    def _refetch(self, kind: str, *, cache: bool, deadline: float | None = None) -> list[dict[str, Any]]:
+        """Under the kind's lock: walk it by ``deadline`` (default: within the catalog's
+        timeout); a changed list is handed to the worker to publish."""
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
+        items = self.walk(kind, cache=cache, deadline=deadline)
         if items != self.visible(kind):
             self._enqueue(Fetched(kind, self.offer(kind, items)))
         return items

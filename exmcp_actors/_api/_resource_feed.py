@@ -30,6 +30,9 @@ logger = logging.getLogger("exmcp_actors.resource_watch")
 #: the transport's 16 MiB frame limit, so a resource that grows too big gets a
 #: ResourceReadFailed that says so rather than a frame dropped and a read timing out.
 MAX_CONTENTS_CHARS: Final = 8 * 1024 * 1024
+#: Most content items a watch delivers: each costs a dict however little it holds, so a frame
+#: of empty ones (``{},`` repeated) would cost some 60 bytes of memory per 3 bytes of wire.
+MAX_CONTENTS_ITEMS: Final = 10_000
 #: A positive ``ttlMs`` keeps a read fresh for joining handles at least this long.
 MIN_FRESH: Final = 1.0
 _UPDATED: Final = "notifications/resources/updated"
@@ -37,13 +40,20 @@ _JOIN_WAIT: Final = 2.0
 
 
 def contents_of(uri: str, result: Any) -> list[dict[str, Any]]:
-    """The ``contents`` list of a read result, checked and within :data:`MAX_CONTENTS_CHARS`.
+    """The ``contents`` list of a read result, checked and within the caps.
 
     Raises:
         ProtocolError: the result has no list of content objects.
-        Error: the contents are larger than the cap (reason ``("contents_too_large", size, cap)``).
+        Error: the contents are larger than the cap (reason ``("contents_too_large", size, cap)``),
+            or are more than :data:`MAX_CONTENTS_ITEMS` items (``("too_many_contents", count, cap)``).
     """
     contents = result.get("contents") if isinstance(result, dict) else None
+    if isinstance(contents, list) and len(contents) > MAX_CONTENTS_ITEMS:
+        raise Error(
+            f"the contents of {peer_text(uri)} are {len(contents)} items, more than a resource watch "
+            f"delivers ({MAX_CONTENTS_ITEMS}); read it with read_resource() instead",
+            reason=("too_many_contents", len(contents), MAX_CONTENTS_ITEMS),
+        )
     if not isinstance(contents, list) or not all(isinstance(item, dict) for item in contents):
         raise ProtocolError(
             f"the resources/read result for {peer_text(uri)} has no list of contents: {peer_text(result)}"
@@ -320,6 +330,8 @@ class ResourceFeed:
         ttl_ms, scope = cache_hints(result) if call.input_rounds == 0 else (0, PUBLIC)
         sealed = canonical_digest(contents)  # what "unchanged" compares
         with self._lock:
+            if self._latest is not None and self._latest[1] == sealed:
+                contents = self._latest[0]  # unchanged: the handles hold this copy, keep only it
             self._latest = (contents, sealed)
             self._read_as = None if scope == PUBLIC else context
             self._fresh_until = time.monotonic() + max(ttl_ms / 1000, MIN_FRESH) if ttl_ms > 0 else 0.0

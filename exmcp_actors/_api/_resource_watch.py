@@ -47,7 +47,7 @@ class ResourceReadFailed(NamedTuple):
     handle: Any
     uri: str
     #: The :class:`~exmcp_actors.Error` (a ``RequestError`` from the server, a ``RequestTimeout``,
-    #: or reason ``("contents_too_large", size, cap)``).
+    #: or reason ``("contents_too_large", size, cap)`` or ``("too_many_contents", count, cap)``).
     error: Error
 
 

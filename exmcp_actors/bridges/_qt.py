@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any
+import ctypes
+import sys
+from typing import Any, Final
 
 from ._common import ratelog
 
 #: The QObject class, built by the first QtSubscriber(): importing this module imports no Qt.
 _qt_class: type[Any] | None = None
+#: Emits of the probe that tells whether ``emit()`` takes a reference to True away.
+_PROBES: Final = 16
+
+
+def _give_back_true() -> None:
+    """Add the reference to True that a faulty ``emit()`` took away."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(True))
+
+
+def _emit_takes_true(cls: type[Any]) -> bool:
+    """Whether ``cls().message.emit()`` returns True without owning a reference to it.
+
+    PySide6 6.12 does: each call takes one reference to True away, and on a CPython whose bools
+    are not immortal (3.11) the interpreter aborts (``bool_dealloc``) a few hundred messages
+    later. Measured, not assumed from a version, so a fixed PySide6 (or an immortal True)
+    costs nothing; the probe's own losses are given back.
+    """
+    probe = cls()
+    before = sys.getrefcount(True)
+    for _ in range(_PROBES):
+        probe.message.emit(None)
+    takes = before - sys.getrefcount(True) >= _PROBES // 2
+    if takes:
+        for _ in range(_PROBES):
+            _give_back_true()
+    return takes
 
 
 def _build() -> type[Any]:
@@ -31,7 +59,8 @@ def _build() -> type[Any]:
             """Emit ``message`` (any thread; never raises). A receiver in another thread gets it
             queued to that thread by Qt's default (auto) connection."""
             try:
-                self.message.emit(message)
+                if self.message.emit(message) is True and _takes_true:
+                    _give_back_true()
             except RuntimeError as exc:  # the C++ object was deleted under us
                 self.dropped += 1
                 ratelog.warning("qt-deleted", "QtSubscriber: its Qt object is gone (%s); a message was dropped", exc)
@@ -44,6 +73,7 @@ def _build() -> type[Any]:
             self.dropped = 0
 
     QtSubscriberObject.__name__ = QtSubscriberObject.__qualname__ = "QtSubscriber"
+    _takes_true = _emit_takes_true(QtSubscriberObject)
     _qt_class = QtSubscriberObject
     return QtSubscriberObject
 
