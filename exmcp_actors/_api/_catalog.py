@@ -129,6 +129,7 @@ class Catalog(Handle):
             raise
         self._worker = threading.Thread(target=self._run, name=f"exmcp-catalog-{client.name}", daemon=True)
         self._worker.start()
+        client._shared.adopt(self._worker)  # disconnect() returns once it ended, its inbox too
 
     # -- what hosts read ---------------------------------------------------------------------
 
