@@ -22,6 +22,7 @@ import pytest
 import exmcp_actors as mcp
 from exmcp_actors._protocol._ratelog import RateLimitedLog
 from exmcp_actors.bridges import AsyncioSubscriber, QtSubscriber, TkSubscriber, _asyncio, _qt, _tk
+from exmcp_actors.testing import FakeServer
 from tests.sdk_helpers import RESOURCE_UPDATED, TOOLS_CHANGED, URI_C, WAIT, ClientPool, notify, shared_target
 
 WATCHED = {"toolsListChanged": True, "resourceSubscriptions": [URI_C]}
@@ -282,6 +283,51 @@ def test_tk_destroyed_root_drops_at_once_without_calling_tk(tk_root: Any, record
     putter.join(WAIT)
     assert sub.dropped == 2 and len(caught.records) == 1
     assert took[0] < 0.5  # tkinter from another thread with no main loop waits 1 s per call
+
+
+def test_disconnect_on_the_tk_thread_waits_for_no_delivery_to_a_tk_subscriber(tk_root: Any) -> None:
+    got: list[Any] = []
+    alive: list[list[str]] = []
+    with FakeServer() as server:
+        client = mcp.connect(server.transport())
+        client.watch({"toolsListChanged": True}, subscriber=TkSubscriber(tk_root, got.append))
+
+        def disconnect_here() -> None:
+            # Its Closed goes to the TkSubscriber while this (the Tk) thread is in disconnect():
+            # a put() waiting for this thread to take an after() would hold it to the timeout.
+            client.disconnect(timeout=2.0)
+            alive.append([t.name for t in client._shared.children if t.is_alive()])
+
+        _run_tk(tk_root, lambda: bool(got), disconnect_here)
+    assert alive == [[]]  # the subscriber's proxy had ended when disconnect() returned
+    assert [type(msg).__name__ for msg in got] == ["Closed"]  # delivered on the Tk thread afterwards
+
+
+def test_a_tk_put_with_no_main_loop_running_waits_for_none_and_is_delivered_once_it_runs(tk_root: Any) -> None:
+    got: list[Any] = []
+    sub = TkSubscriber(tk_root, got.append)
+    putter = threading.Thread(target=sub.put, args=(_event(1),))
+    putter.start()
+    putter.join(WAIT)
+    assert not putter.is_alive() and sub.dropped == 0
+    _run_tk(tk_root, lambda: bool(got), lambda: None)
+    assert [msg.params["uri"] for msg in got] == ["file:///1"]
+
+
+def test_a_tk_subscriber_keeps_at_most_max_pending_and_never_drops_a_closing(
+    tk_root: Any, records: Callable[[float], Any]
+) -> None:
+    caught = records(10.0)
+    got: list[Any] = []
+    sub = TkSubscriber(tk_root, got.append, max_pending=2)
+    for n in range(4):
+        sub.put(_event(n))
+    sub.put(_closed())
+    assert sub.dropped == 2 and len(caught.records) == 1
+    _run_tk(tk_root, lambda: len(got) == 3, lambda: None)
+    assert [msg[0] for msg in got] == ["ex_mcp_notification", "ex_mcp_notification", "ex_mcp_notification_closed"]
+    with pytest.raises(ValueError, match="max_pending"):
+        TkSubscriber(tk_root, got.append, max_pending=0)
 
 
 def test_tk_bad_arguments_raise_type_errors_naming_them() -> None:

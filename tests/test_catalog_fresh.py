@@ -259,5 +259,40 @@ def test_unread_stale_notices_leave_one_pending_per_kind() -> None:
         with mcp.connect(server.transport()) as client, client.catalog() as catalog:
             for _ in range(100):
                 catalog._inbox.put(mcp.CatalogStale("ex_mcp_catalog_stale", catalog, "tools"))
-            catalog._publish("tools", [_tool("b")])
-            assert catalog.pending() == 2
+            assert catalog.pending() == 1
+            catalog._publish("tools", [_tool("b")])  # fetched after it went stale: the notice is taken back
+            assert catalog.pending() == 1
+            assert isinstance(catalog.get_nowait(), mcp.CatalogChanged)
+
+
+def test_an_unread_stale_notice_never_lands_before_a_later_change_of_its_kind() -> None:
+    """A catalog's inbox keeps the newest pending message per kind: what it keeps must still
+    say the truth in order (stale, then refetched, then stale again reads as stale last)."""
+    with FakeServer(era="modern", capabilities={"tools": {}, "prompts": {}}) as server:
+        client = mcp.connect(server.transport())
+        catalog = client.catalog()
+
+        def stale(kind: str = "tools") -> mcp.CatalogStale:
+            return mcp.CatalogStale("ex_mcp_catalog_stale", catalog, kind)
+
+        def changed(name: str) -> mcp.CatalogChanged:
+            return mcp.CatalogChanged("ex_mcp_catalog_changed", catalog, "tools", [_tool(name)], (name,), (), {})
+
+        def read() -> list[tuple[str, str]]:
+            out = []
+            while True:
+                try:
+                    message = catalog.get_nowait()
+                except queue.Empty:
+                    return out
+                out.append((message[0].rsplit("_", 1)[1], message.kind))
+
+        # What the worker emits, in its order, while the host reads nothing.
+        for message in (stale(), stale("prompts"), changed("a"), stale()):
+            catalog._emit(message)
+        assert read() == [("stale", "prompts"), ("changed", "tools"), ("stale", "tools")]
+        for message in (changed("a"), stale(), changed("b")):
+            catalog._emit(message)
+        assert read() == [("changed", "tools")]  # refetched after it went stale: fresh
+        assert catalog.pending() == 0
+        client.disconnect()

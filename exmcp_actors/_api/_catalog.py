@@ -18,7 +18,7 @@ import threading
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._bound import DEFAULT_MAX_PENDING
-from .._delivery._inbox import LatestInbox, catalog_key, coalesce_catalog
+from .._delivery._inbox import LatestInbox, catalog_key, coalesce_catalog, withdrawn_by_catalog
 from .._delivery._targets import deliver, resolve_subscriber
 from .._protocol._catalog_diff import diff_lists, report_diff
 from .._protocol._errors import Error, RequestError
@@ -100,7 +100,7 @@ class Catalog(Handle):
         if resolved.target is None:
             # Each CatalogChanged carries the full list: keep only the newest per kind, so a
             # host that reads catalog.tools and never the inbox costs bounded memory.
-            self._inbox = LatestInbox(catalog_key, coalesce_catalog)
+            self._inbox = LatestInbox(catalog_key, coalesce_catalog, withdrawn_by_catalog)
         self._target = resolved.target
         capabilities = client.server_capabilities or {}
         self.kinds: tuple[str, ...] = tuple(kind for kind in KINDS if kind in capabilities)
@@ -132,6 +132,7 @@ class Catalog(Handle):
             raise
         self._worker = threading.Thread(target=self._run, name=f"exmcp-catalog-{client.name}", daemon=True)
         self._worker.start()
+        client._shared.adopt(self._worker)  # disconnect() returns once it ended, its inbox too
 
     # -- what hosts read ---------------------------------------------------------------------
 

@@ -409,6 +409,7 @@ class Client(ServerCalls, CatalogCalls, ResourceWatchCalls):
         self._wait_stopped(wait)
         for handle in self._shared.disconnected_handles:  # a put() still blocked may finish, no more
             cut(handle, CUT)
+        self._cut_resource_watches()
 
     def _begin_disconnect(self) -> None:
         """Ask the client actor to disconnect, and return at once (interpreter exit asks every

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .._delivery._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
-from .._delivery._inbox import Inbox, LatestInbox, catalog_key, coalesce_catalog
+from .._delivery._inbox import Inbox, LatestInbox, catalog_key, coalesce_catalog, withdrawn_by_catalog
 from .._delivery._targets import resolve_subscriber
 from .._protocol._errors import Error
 from ._catalog import KINDS, Catalog
@@ -256,7 +256,7 @@ class Hub:
         """
         if isinstance(subscriber, threading.Thread):
             subscriber = None  # a thread reads the hub catalog's inbox
-        group = HubCatalog(subscriber, lambda: LatestInbox(catalog_key, coalesce_catalog))
+        group = HubCatalog(subscriber, lambda: LatestInbox(catalog_key, coalesce_catalog, withdrawn_by_catalog))
         feed = group._feed = CollisionFeed(group, group._lists, resolve_subscriber(group.subscriber).target)
         group._add(self.clients, lambda client: client.catalog(feed, timeout))
         feed.start()

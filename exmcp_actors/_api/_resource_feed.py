@@ -133,6 +133,8 @@ class ResourceFeed:
                             target=self._run, name=f"exmcp-rwatch-{self.client.name}", daemon=True
                         )
                         self._worker.start()
+                        # disconnect() returns once it ended: its handles' Closed delivered.
+                        self.client._shared.adopt(self._worker)
             context = self._context() if self._read_as is not None else None
             with self._lock:
                 if self._ended:

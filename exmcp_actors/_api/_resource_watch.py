@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from typing import Any, Final, Literal, NamedTuple
 
 import pykka
@@ -65,6 +66,7 @@ class _Courier:
         self._box = LatestInbox(_state_key)
         self._thread = threading.Thread(target=self._run, name=f"exmcp-rwatch-{handle.id}", daemon=True)
         self._thread.start()
+        handle.client._shared.adopt(self._thread)  # disconnect() waits for its Closed to be put()
 
     def offer(self, message: Any) -> None:
         self._box.put(message)
@@ -180,7 +182,9 @@ class ResourceWatch(Handle):
     def _drop_later(self) -> None:
         # Its subscriber died: leave the feed, but not here, under the feed's lock.
         if not self._gone:
-            threading.Thread(target=self.close, name=f"exmcp-rwatch-end-{self.id}", daemon=True).start()
+            ender = threading.Thread(target=self.close, name=f"exmcp-rwatch-end-{self.id}", daemon=True)
+            ender.start()
+            self.client._shared.adopt(ender)
 
 
 _REGISTRY_LOCK: Final = threading.Lock()
@@ -220,6 +224,11 @@ class ResourceWatchCalls:
         wait = check_timeout("timeout", timeout)
         limit = check_max_pending(max_pending)
         handle = ResourceWatch(self, uri, resolve_subscriber(subscriber))
+        if handle._courier is not None:
+            with _REGISTRY_LOCK:
+                couriered: weakref.WeakSet[ResourceWatch]
+                couriered = self.__dict__.setdefault("_couriered_watches", weakref.WeakSet())
+                couriered.add(handle)
         while True:
             feed = self._resource_feed(uri, wait, limit)
             handle._feed = feed
@@ -241,6 +250,14 @@ class ResourceWatchCalls:
                 feed = ResourceFeed(self, uri, timeout, max_pending, self._feed_ended)
                 feeds[uri] = feed
             return feed
+
+    def _cut_resource_watches(self) -> None:
+        """After disconnect() waited for its threads: a ``put()`` still running on a courier may
+        finish, and nothing more starts (as for every other handle)."""
+        with _REGISTRY_LOCK:
+            handles = list(self.__dict__.get("_couriered_watches", ()))
+        for handle in handles:
+            cut(handle, CUT)
 
     def _feed_ended(self, feed: ResourceFeed) -> None:
         with _REGISTRY_LOCK:

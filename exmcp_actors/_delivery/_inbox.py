@@ -130,17 +130,32 @@ class LatestInbox(Inbox):
     the whole list): a host that never reads the inbox costs one message per key, not one
     per refresh. Messages whose key is None are queued as usual. ``merge(waiting, newer)``,
     if given, makes what is kept of the two (under the inbox's lock: it must be quick).
+    ``withdraws(message)``, if given, names the key of a waiting message that ``message``
+    makes obsolete: that one is taken back, so a newer message of its key queues behind
+    ``message`` rather than taking the old place ahead of it (the order must stay true).
     """
 
-    __slots__ = ("_key", "_latest", "_lock", "_merge")
+    __slots__ = ("_key", "_latest", "_lock", "_merge", "_withdrawn", "_withdraws")
 
-    def __init__(self, key: Any, merge: Callable[[Any, Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        key: Any,
+        merge: Callable[[Any, Any], Any] | None = None,
+        withdraws: Callable[[Any], Any] | None = None,
+    ) -> None:
         super().__init__()
         self._key = key
         #: (waiting, newer) -> what is kept in their place; None keeps the newer one.
         self._merge = merge
-        self._latest: dict[Any, Any] = {}
+        self._withdraws = withdraws
+        #: key -> (its slot in the queue, the message kept there).
+        self._latest: dict[Any, tuple[_Slot, Any]] = {}
+        #: Slots still queued whose message was withdrawn (no message: ``len`` leaves them out).
+        self._withdrawn = 0
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return max(0, super().__len__() - self._withdrawn)
 
     def put(self, item: Any) -> None:
         key = self._key(item)
@@ -148,23 +163,35 @@ class LatestInbox(Inbox):
             super().put(item)
             return
         with self._lock:
-            waiting = key in self._latest
-            if waiting and self._merge is not None:
-                item = self._merge(self._latest[key], item)
-            self._latest[key] = item
-        if not waiting:
-            super().put(_Slot(key))
+            if self._withdraws is not None:
+                obsolete = self._withdraws(item)
+                if obsolete is not None and self._latest.pop(obsolete, None) is not None:
+                    self._withdrawn += 1  # its slot, still queued, is skipped by get()
+            entry = self._latest.get(key)
+            if entry is not None:
+                self._latest[key] = (entry[0], item if self._merge is None else self._merge(entry[1], item))
+                return
+            slot = _Slot(key)
+            self._latest[key] = (slot, item)
+        super().put(slot)
 
     def put_many(self, items: Iterable[Any]) -> None:
         for item in items:
             self.put(item)
 
     def get(self, timeout: float | None = None) -> Any:
-        item = super().get(timeout)
-        if isinstance(item, _Slot):
+        while True:
+            item = super().get(timeout)
+            if not isinstance(item, _Slot):
+                return item
             with self._lock:
-                return self._latest.pop(item.key)
-        return item
+                entry = self._latest.get(item.key)
+                if entry is not None and entry[0] is item:
+                    del self._latest[item.key]
+                    return entry[1]
+                self._withdrawn -= 1
+            # A withdrawn message's slot: it was queued already, so the next look waits no
+            # longer than this one did (at most one more ``timeout`` per withdrawn message).
 
 
 class _Slot:
@@ -185,6 +212,14 @@ def catalog_key(message: Any) -> Any:
     if message[0] == "ex_mcp_hub_collision":
         return (id(message[1]), message[2], message[3])
     if message[0] == "ex_mcp_catalog_stale":  # apart from its kind's changes: neither replaces the other
+        return (id(message[1]), message[2], "stale")
+    return None
+
+
+def withdrawn_by_catalog(message: Any) -> Any:
+    """What a catalog's message makes obsolete in its inbox: a :class:`CatalogChanged` the
+    unread :class:`CatalogStale` of its kind (the list was fetched after it went stale)."""
+    if message[0] == "ex_mcp_catalog_changed":
         return (id(message[1]), message[2], "stale")
     return None
 

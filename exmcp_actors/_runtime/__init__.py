@@ -13,6 +13,11 @@ Threads and actors of one client
   delivery to it; its stop hook reports the subscriber's end. A thread subscriber has the
   stop hook alone (``InboxStopHook``), with no thread: its messages land in its inboxes.
 - **short-lived threads**: a connector per open attempt, a resync per modern resync.
+- **the live picture's workers** (``_api``): a catalog's worker (its refetches, and its
+  ``put()`` subscriber's ``put()``), a resource feed's worker per watched URI (the one
+  ``resources/read`` in flight, offered to every watch of the URI), a courier per resource
+  watch with a ``put()`` subscriber (its ``put()``). Each is adopted
+  (``SharedState.adopt``), so ``disconnect()`` returns once they ended.
 - **host pools** (``_host_pool``): run the host's handlers and progress callbacks.
 - **the scheduler** (``_util/_scheduler``, one per process): timers and liveness polls, and
   only while one is armed: a settled connection disarms its stage timers, and a subscriber
@@ -84,6 +89,10 @@ No host code under a lock
 callbacks never run under a lock of the library: ``put()`` and ``tell()`` run on the
 subscriber's proxy, handlers and callbacks on the host pools, and futures are completed after
 the monitor is let go (a reader completes them after it lets go of the lane's lock too). A
+catalog's ``put()`` runs on its worker and a resource watch's on its courier, with no lock
+held; a resource feed offers its watches their messages under its lock, which only queues
+(an inbox, a courier's box, or a ``tell()`` to an actor subscriber: pykka's ``tell`` only
+puts in the actor's mailbox). A
 delivery that finds a proxy stopped starts its successor (``Shell.replace_proxy``) rather
 than calling ``put()`` itself. So host code may call back into the client from anywhere; a
 ``disconnect()`` from a ``put()`` waits neither for its own proxy thread nor for another that
@@ -93,6 +102,12 @@ Lock order
 ----------
 A thread holding a lock may take only those below it, never one above::
 
+    ResourceFeed._open_lock  held by a URI's first watch_resource() across the registration
+                             of the watch underneath (so above the wire turn); taken by no
+                             other thread, and with no lock held
+    a catalog's kind lock    ``Freshness``: held across a walk of its kind (a reader's
+                             refetch, refresh(wait=True), the worker's), so above the monitor;
+                             a reader only tries it, within the catalog's timeout
     SharedBook.serial        the wire turn (a host thread's, or the refcount worker's): held
                              across a subscribe's or release's wait for its answer, with no
                              other lock of this list held
@@ -110,7 +125,11 @@ A thread holding a lock may take only those below it, never one above::
                              handle's, a Book's; LazyWorker's (held to start the worker, or to
                              do in place what needs no worker) > SharedBook.lock and pykka's
                              registry; Shell._proxy_lock > an InboxStopHook's (held only to
-                             end it once). A ThreadEnd runs its callbacks with no lock
+                             end it once); a ResourceFeed's condition > a LatestInbox's
+                             and SharedState.children_lock; a catalog's kind lock >
+                             Freshness._state > the scheduler's; the resource watches'
+                             registry lock and a TkSubscriber's take nothing. A ThreadEnd
+                             runs its callbacks with no lock
                              held (in the ending thread; none at exit nor in a forked
                              child); they take LivenessWatcher._lock
 
