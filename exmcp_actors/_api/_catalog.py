@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._bound import DEFAULT_MAX_PENDING
@@ -123,8 +124,9 @@ class Catalog(Handle):
         # Always a source, even with no kinds: its Closed ends the inbox on disconnect.
         self._source: Handle | None = self._open()
         try:
+            deadline = time.monotonic() + timeout  # the first listing of every kind, all pages
             for kind in self.kinds:
-                self._lists[kind] = self._fresh.walk(kind, cache=True)
+                self._lists[kind] = self._fresh.walk(kind, cache=True, deadline=deadline)
             self._started = True
         except BaseException:
             self._fresh.close()
@@ -361,7 +363,8 @@ class CatalogCalls:
         Args:
             subscriber: who gets :class:`CatalogChanged` messages: None (the catalog's
                 inbox), a Thread (the inbox too), a pykka ActorRef, or a ``put()`` object.
-            timeout: seconds for opening the watch (or listen) it rides on.
+            timeout: seconds for opening the watch (or listen) it rides on, then for the
+                first listing of every kind (all its pages).
 
         Raises:
             NotConnected, RequestError, RequestTimeout: the first fetch or the watch failed.

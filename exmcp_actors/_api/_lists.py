@@ -19,9 +19,15 @@ from .._protocol._handshake import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, M
 from .._protocol._jsonrpc import INVALID_PARAMS
 from .._protocol._list_cache import cache_hints
 from .._protocol._peer_text import peer_text
+from .._transport._base import DEFAULT_MAX_FRAME_BYTES
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES: Final = 10_000
+#: Most items one walk of a listing gathers, and most bytes of pages (as compact JSON): past
+#: either the listing is refused (a ProtocolError), so a server whose pages never end costs a
+#: bounded amount of memory, not all of it (a page is up to 16 MiB on the wire).
+MAX_ITEMS: Final = 100_000
+MAX_WALK_BYTES: Final = 64 * 1024 * 1024
 #: What a listing's items are called in its result.
 ITEMS: Final = {
     "tools/list": "tools",
@@ -97,14 +103,20 @@ class Page(NamedTuple):
     #: ``time.monotonic()`` when its ``ttlMs`` runs out (receipt time for 0); inf where the
     #: page carries no hints (a legacy connection, a page asked for with ``meta``).
     fresh_until: float = math.inf
+    #: Its size as compact JSON (what a walk counts against :data:`MAX_WALK_BYTES`).
+    size: int = 0
 
 
-def _time_left(method: str, timeout: float | None, deadline: float) -> float:
+def _time_left(method: str, timeout: float | None, deadline: float, walked: int) -> float:
     """The timeout of a walk's next page: what is left until ``deadline``, at most ``timeout``."""
     left = deadline - time.monotonic()
     if left <= 0:
-        raise RequestTimeout(f"{method} was not walked to its last page in time")
+        raise _walk_timeout(method, walked)
     return left if timeout is None else min(timeout, left)
+
+
+def _walk_timeout(method: str, walked: int) -> RequestTimeout:
+    return RequestTimeout(f"{method} was not walked to its last page in time ({walked:,} pages walked)")
 
 
 def _kept_form(result: Any) -> bytes | None:
@@ -115,6 +127,12 @@ def _kept_form(result: Any) -> bytes | None:
         return json.dumps(result, separators=(",", ":")).encode()
     except RecursionError:
         return None
+
+
+def _size_of(data: bytes | None) -> int:
+    """What a page counts against a walk's bytes: a page too deep to encode counts as the
+    largest frame a transport takes (no server's listing nests that deep)."""
+    return len(data) if data is not None else DEFAULT_MAX_FRAME_BYTES
 
 
 def _copy_of(data: bytes) -> Any:
@@ -128,6 +146,8 @@ def _copy_of(data: bytes) -> Any:
 
 class ListCalls:
     """See the module docstring."""
+
+    _request_timeout: float
 
     def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
         raise NotImplementedError
@@ -151,23 +171,25 @@ class ListCalls:
         server may answer a request with ``_meta`` otherwise, and the host asked for a request."""
         params = with_meta({"cursor": cursor} if cursor is not None else {}, meta)
         if meta is not None:
-            return Page(self.request(method, params, timeout=timeout), False)
+            result = self.request(method, params, timeout=timeout)
+            return Page(result, False, size=_size_of(_kept_form(result)))
         lookup = self._run(CachedPage(method, cursor, cache))
         kept = _copy_of(lookup.hit) if lookup.hit is not None else None
         if kept is not None:
-            return Page(kept, True, lookup.expires)
+            return Page(kept, True, lookup.expires, len(lookup.hit))
         result = self.request(method, params or None, timeout=timeout)
         fresh_until = math.inf
+        data = _kept_form(result)
         if lookup.ticket is not None:
             ttl_ms, scope = cache_hints(result)
             fresh_until = time.monotonic() + ttl_ms / 1000.0
-            data = _kept_form(result) if ttl_ms > 0 else b""
-            if data is None:
-                ttl_ms, data = 0, b""  # a page this thread cannot copy is not kept
+            kept_data = data if ttl_ms > 0 and data is not None else b""
+            if not kept_data:
+                ttl_ms = 0  # nothing to keep, or a page this thread cannot copy: not kept
             # Nothing to keep, and (after a plain miss) nothing kept that this page supersedes.
             if ttl_ms > 0 or not cache or lookup.hit is not None:
-                self._run(StorePage(lookup.ticket, data, ttl_ms, scope))
-        return Page(result, False, fresh_until)
+                self._run(StorePage(lookup.ticket, kept_data, ttl_ms, scope))
+        return Page(result, False, fresh_until, _size_of(data))
 
     def _paginate(
         self,
@@ -179,11 +201,14 @@ class ListCalls:
         meta: Meta = None,
         fresh: list[float] | None = None,
     ) -> list[Any]:
-        """Every page of ``method``, each within ``timeout``; all of them by ``deadline``
-        (``time.monotonic()``) when given: a walk that is part of another call. Each page's
-        request carries the host's ``meta`` (see :meth:`_fetch_page`). ``fresh``, when
-        given, learns when the first of the pages walked goes stale (see :class:`Page`)."""
+        """Every page of ``method``, each within ``timeout``, all of them by ``deadline``
+        (``time.monotonic()``): a walk that is part of another call; without one, the whole walk
+        within ``timeout`` (the client's ``request_timeout`` when None). Each page's request
+        carries the host's ``meta`` (see :meth:`_fetch_page`). ``fresh``, when given, learns
+        when the first of the pages walked goes stale (see :class:`Page`)."""
         checked = check_meta(meta)
+        if deadline is None:
+            deadline = time.monotonic() + (self._request_timeout if timeout is None else timeout)
         pages: list[Page] = []
         try:
             items = self._walk(method, timeout, cache, pages, deadline, checked)
@@ -211,11 +236,25 @@ class ListCalls:
         items: list[Any] = []
         cursor: Any = None
         seen: set[Any] = set()
+        spent = 0
         for _ in range(MAX_PAGES):
-            wait = timeout if deadline is None else _time_left(method, timeout, deadline)
-            result, was_kept, fresh_until = self._fetch_page(method, cursor, cache=cache, timeout=wait, meta=meta)
+            wait = timeout if deadline is None else _time_left(method, timeout, deadline, len(pages))
+            try:
+                result, was_kept, fresh_until, size = self._fetch_page(
+                    method, cursor, cache=cache, timeout=wait, meta=meta
+                )
+            except RequestTimeout:
+                if deadline is not None and time.monotonic() >= deadline:  # the walk's time ran out
+                    raise _walk_timeout(method, len(pages)) from None
+                raise
             pages.append(Page(None, was_kept, fresh_until))
             items.extend(page_items(method, result))
+            spent += size
+            if spent > MAX_WALK_BYTES or len(items) > MAX_ITEMS:
+                raise ProtocolError(
+                    f"{method} returned more than {MAX_ITEMS:,} items or {MAX_WALK_BYTES >> 20} MiB over "
+                    f"{len(pages):,} pages: the listing is refused"
+                )
             cursor = result.get("nextCursor")
             if cursor is None:
                 if method == "tools/list":
@@ -230,7 +269,9 @@ class ListCalls:
         raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
 
     def list_tools(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
-        """Every tool, all pages followed.
+        """Every tool, all pages followed, within ``timeout`` for the whole walk (default: the
+        client's ``request_timeout``); past :data:`MAX_ITEMS` items or :data:`MAX_WALK_BYTES`
+        of pages a ProtocolError.
 
         On MCP 2026-07-28 over Streamable HTTP, tools whose ``x-mcp-header`` annotations are
         invalid are left out (and logged once). ``cache=False``: fetch every page, whatever

@@ -1,0 +1,94 @@
+"""A listing's walk over every page is bounded in time, items and bytes, whatever the server's
+cursors do: a catalog's first listing within its timeout, a list_*() within its timeout (the
+whole walk), the catalog worker's refetch within the client's request_timeout, and every walk
+refused once it gathered MAX_ITEMS items or MAX_WALK_BYTES of pages."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import exmcp_actors as mcp
+from exmcp_actors._api import _lists
+from exmcp_actors.testing import FakeServer
+from tests.waiting import WAIT, wait_until
+
+
+def _endless(pause: float = 0.0, per_page: int = 1, fat: str = "") -> Any:
+    """A tools/list whose cursors never end."""
+
+    def page(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        at = int(params.get("cursor") or 0)
+        if pause:
+            time.sleep(pause)
+        tools = [{"name": f"t{at}-{n}", "description": fat, "inputSchema": {"type": "object"}} for n in range(per_page)]
+        return {"tools": tools, "nextCursor": str(at + 1)}
+
+    return page
+
+
+def test_a_catalog_over_cursors_that_never_end_gives_up_within_its_timeout() -> None:
+    with FakeServer() as server:
+        server.on("tools/list", _endless(pause=0.02), concurrent=True)
+        with mcp.connect(server.transport()) as client:
+            started = time.monotonic()
+            with pytest.raises(mcp.RequestTimeout, match="tools/list was not walked to its last page in time"):
+                client.catalog(timeout=0.5)
+            assert time.monotonic() - started < 0.5 + WAIT / 4
+            pages = server.count("tools/list")
+            assert 5 <= pages < 200
+
+
+def test_a_list_call_bounds_its_whole_walk_by_its_timeout() -> None:
+    with FakeServer() as server:
+        server.on("tools/list", _endless(pause=0.02), concurrent=True)
+        with mcp.connect(server.transport(), request_timeout=WAIT) as client:
+            started = time.monotonic()
+            with pytest.raises(mcp.RequestTimeout):
+                client.list_tools(timeout=0.4)
+            assert time.monotonic() - started < 0.4 + WAIT / 4
+
+
+def test_a_walk_past_the_item_bound_is_refused_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_lists, "MAX_ITEMS", 250)
+    with FakeServer() as server:
+        server.on("tools/list", _endless(per_page=100))
+        with mcp.connect(server.transport()) as client:
+            with pytest.raises(
+                mcp.ProtocolError, match=r"tools/list returned more than 250 items or .* the listing is"
+            ):
+                client.list_tools(timeout=WAIT)
+            assert server.count("tools/list") == 3  # refused at the page that crossed the bound
+
+
+def test_a_walk_past_the_byte_bound_is_refused_and_the_catalog_goes_on_with_what_it_had(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pages of 200 KB with cursors that never end: refused after about 1 MiB (the bound
+    here), not held until the server stops; a catalog's worker refetch that meets it keeps the
+    last list, and refetches again at the next change."""
+    monkeypatch.setattr(_lists, "MAX_WALK_BYTES", 1 << 20)
+    with FakeServer() as server:
+        with mcp.connect(server.transport()) as client, client.catalog(timeout=WAIT) as catalog:
+            before = catalog.tools
+            listed = server.default_handler("tools/list")
+            assert listed is not None
+            server.on("tools/list", _endless(fat="x" * 200_000))
+            walked = server.count("tools/list")
+            with pytest.raises(mcp.ProtocolError, match="MiB over 6 pages"):
+                client.list_tools(cache=False, timeout=WAIT)
+            server.list_changed("tools")
+            refused = walked + 12  # this walk's 6 pages, then the worker's 6
+            wait_until(
+                lambda: server.count("tools/list") >= refused, WAIT, "the worker's refetch, refused at the bound"
+            )
+            assert catalog.tools == before
+            server.on("tools/list", listed)
+            server.set_items("tools", [*before, {"name": "late", "inputSchema": {"type": "object"}}])
+            server.list_changed("tools")
+            changed = catalog.get(timeout=WAIT)
+            while changed[0] != "ex_mcp_catalog_changed":
+                changed = catalog.get(timeout=WAIT)
+            assert changed.added == ("late",)
