@@ -21,7 +21,7 @@ import pytest
 
 import exmcp_actors as mcp
 from exmcp_actors._protocol._ratelog import RateLimitedLog
-from exmcp_actors.bridges import AsyncioSubscriber, QtSubscriber, TkSubscriber, _asyncio, _qt, _tk
+from exmcp_actors.bridges import AsyncioSubscriber, QtSubscriber, TkSubscriber, _asyncio, _common, _qt, _tk
 from exmcp_actors.testing import FakeServer
 from tests.sdk_helpers import RESOURCE_UPDATED, TOOLS_CHANGED, URI_C, WAIT, ClientPool, notify, shared_target
 
@@ -43,7 +43,7 @@ def records(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -
 
     def install(interval: float = 10.0) -> Any:
         log = RateLimitedLog(logging.getLogger("exmcp_actors.bridges"), interval=interval)
-        for module in (_asyncio, _tk, _qt):
+        for module in (_asyncio, _common, _tk, _qt):
             monkeypatch.setattr(module, "ratelog", log)
         caplog.set_level(logging.WARNING, logger="exmcp_actors.bridges")
         return caplog
@@ -408,6 +408,44 @@ def test_qt_put_costs_no_reference_to_true_however_many_messages(qt_app: Any) ->
     sub.message.disconnect(got.append)
     assert len(got) == messages
     assert lost < messages // 4, f"{lost} references to True lost in {messages} put() calls"
+
+
+def test_qt_keeps_at_most_max_pending_for_its_thread_and_never_drops_a_closing(
+    qt_app: Any, records: Callable[[float], Any]
+) -> None:
+    """Messages put from the library's thread wait for the object's thread (here, the test's,
+    which processes no events meanwhile): at most max_pending of them, the closing one always;
+    they are emitted there, in order, once it does."""
+    caught = records(10.0)
+    sub = QtSubscriber(max_pending=3)
+    got: list[tuple[Any, int]] = []
+
+    def slot(message: Any) -> None:
+        got.append((message, threading.get_ident()))
+
+    sub.message.connect(slot)
+
+    def library_thread() -> None:
+        for n in range(8):
+            sub.put(_event(n))
+        sub.put(_closed())
+
+    putter = threading.Thread(target=library_thread)
+    putter.start()
+    putter.join(WAIT)
+    assert not putter.is_alive(), "put() waited for the object's thread"
+    assert (sub.pending, sub.dropped, got) == (4, 5, [])
+    assert len(caught.records) == 1 and "max_pending" in caught.records[0].getMessage()
+    deadline = time.monotonic() + WAIT
+    while len(got) < 4 and time.monotonic() < deadline:
+        qt_app.processEvents()
+    assert [m.params["uri"] for m, _ in got[:3]] == ["file:///0", "file:///1", "file:///2"]
+    assert isinstance(got[3][0], mcp.Closed)
+    assert {thread for _, thread in got} == {threading.get_ident()}
+    assert sub.pending == 0
+    sub.message.disconnect(slot)
+    with pytest.raises(ValueError, match="max_pending"):
+        QtSubscriber(max_pending=0)
 
 
 def test_qt_without_pyside6_is_an_import_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import deque
 from types import TracebackType
 from typing import Any
 
 from .._delivery._bound import check_max_pending
-from ._common import is_final, logger, ratelog
+from ._common import Backlog, logger, ratelog
 
 
 class AsyncioSubscriber:
@@ -30,13 +29,9 @@ class AsyncioSubscriber:
     def __init__(self, loop: asyncio.AbstractEventLoop, *, max_pending: int = 10_000) -> None:
         if not isinstance(loop, asyncio.AbstractEventLoop):
             raise TypeError(f"loop must be an asyncio event loop, got {type(loop).__name__} {loop!r}")
-        self._max_pending = check_max_pending(max_pending)
+        #: Shared by put() (a library thread) and the reader (the loop).
+        self._backlog = Backlog("AsyncioSubscriber", check_max_pending(max_pending))
         self._loop = loop
-        # Guards the counters, which put() (a library thread) and the reader (the loop) share.
-        self._lock = threading.Lock()
-        self._pending = 0
-        self._dropped = 0
-        self._in_burst = False
         self._closed = False
         # The loop's thread only.
         self._items: deque[Any] = deque()
@@ -48,17 +43,17 @@ class AsyncioSubscriber:
 
     @property
     def max_pending(self) -> int:
-        return self._max_pending
+        return self._backlog.max_pending
 
     @property
     def pending(self) -> int:
         """Messages handed over by ``put()`` and not read yet."""
-        return self._pending
+        return self._backlog.pending
 
     @property
     def dropped(self) -> int:
         """Messages dropped so far: over the bound, for a closed loop, or after :meth:`close`."""
-        return self._dropped
+        return self._backlog.dropped
 
     @property
     def closed(self) -> bool:
@@ -72,33 +67,16 @@ class AsyncioSubscriber:
         if self._loop.is_closed():
             self._drop_for_closed_loop()
             return
-        with self._lock:
-            admitted = self._pending < self._max_pending or is_final(message)
-            if admitted:
-                self._pending += 1
-            else:
-                self._dropped += 1
-                burst_starts, self._in_burst = not self._in_burst, True
-        if not admitted:
-            if burst_starts:
-                ratelog.warning(
-                    "asyncio-overflow",
-                    "AsyncioSubscriber: %d messages wait unread (max_pending); dropping new ones "
-                    "until the reader catches up (%d dropped so far)",
-                    self._max_pending,
-                    self._dropped,
-                )
+        if not self._backlog.admit(message):
             return
         try:
             self._loop.call_soon_threadsafe(self._land, message)
         except RuntimeError:  # the loop closed since the check above
-            with self._lock:
-                self._pending -= 1
+            self._backlog.taken()
             self._drop_for_closed_loop()
 
     def _count_drop(self) -> None:
-        with self._lock:
-            self._dropped += 1
+        self._backlog.drop()
 
     def _drop_for_closed_loop(self) -> None:
         self._count_drop()
@@ -107,9 +85,8 @@ class AsyncioSubscriber:
     def _land(self, message: Any) -> None:
         """On the loop: queue ``message`` for the reader and wake one."""
         if self._closed:
-            self._taken(1)
-            with self._lock:
-                self._dropped += 1
+            self._backlog.taken()
+            self._backlog.drop()
             return
         self._items.append(message)
         self._wake_one()
@@ -126,12 +103,6 @@ class AsyncioSubscriber:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-
-    def _taken(self, count: int) -> None:
-        with self._lock:
-            self._pending -= count
-            if self._in_burst and self._pending <= self._max_pending // 2:
-                self._in_burst = False
 
     def __aiter__(self) -> AsyncioSubscriber:
         return self
@@ -153,7 +124,7 @@ class AsyncioSubscriber:
         if self._closed:
             raise StopAsyncIteration
         message = self._items.popleft()
-        self._taken(1)
+        self._backlog.taken()
         return message
 
     def close(self) -> None:
@@ -179,9 +150,8 @@ class AsyncioSubscriber:
         unread = len(self._items)
         self._items.clear()
         if unread:
-            self._taken(unread)
-            with self._lock:
-                self._dropped += unread
+            self._backlog.taken(unread)
+            self._backlog.drop(unread)
         self._wake_all()
 
     async def aclose(self) -> None:

@@ -6,7 +6,8 @@ import ctypes
 import sys
 from typing import Any, Final
 
-from ._common import ratelog
+from .._delivery._bound import check_max_pending
+from ._common import Backlog, ratelog
 
 #: The QObject class, built by the first QtSubscriber(): importing this module imports no Qt.
 _qt_class: type[Any] | None = None
@@ -27,10 +28,11 @@ def _emit_takes_true(cls: type[Any]) -> bool:
     later. Measured, not assumed from a version, so a fixed PySide6 (or an immortal True)
     costs nothing; the probe's own losses are given back.
     """
-    probe = cls()
+    probe = cls(1_000_000)
+    probe._relay.disconnect(probe._take)  # the probe's emits reach nothing
     before = sys.getrefcount(True)
     for _ in range(_PROBES):
-        probe.message.emit(None)
+        probe._relay.emit(None)
     takes = before - sys.getrefcount(True) >= _PROBES // 2
     if takes:
         for _ in range(_PROBES):
@@ -43,34 +45,66 @@ def _build() -> type[Any]:
     if _qt_class is not None:
         return _qt_class
     try:
-        from PySide6.QtCore import QObject, Signal
+        from PySide6.QtCore import QObject, Signal, Slot
     except ImportError as exc:
         raise ImportError(
             f"QtSubscriber needs PySide6 (pip install PySide6-Essentials), which could not be imported: {exc}"
         ) from exc
 
+    def emit(signal: Any, message: Any) -> None:
+        if signal.emit(message) is True and _takes_true:
+            _give_back_true()
+
     class _Emitter:
         """``put()``: what the library calls, on its own thread."""
 
         message: Any
-        dropped: int
+        _relay: Any
+        _backlog: Backlog
 
         def put(self, message: Any) -> None:
-            """Emit ``message`` (any thread; never raises). A receiver in another thread gets it
-            queued to that thread by Qt's default (auto) connection."""
+            """Hand ``message`` to this object's thread (any thread; never blocks, never
+            raises): queued by Qt to that thread, where ``message`` is emitted."""
+            if not self._backlog.admit(message):
+                return
             try:
-                if self.message.emit(message) is True and _takes_true:
-                    _give_back_true()
+                emit(self._relay, message)
             except RuntimeError as exc:  # the C++ object was deleted under us
-                self.dropped += 1
+                self._backlog.taken()
+                self._backlog.drop()
                 ratelog.warning("qt-deleted", "QtSubscriber: its Qt object is gone (%s); a message was dropped", exc)
+
+        def _deliver(self, message: Any) -> None:
+            """On this object's thread: the message left the backlog; emit it to the receivers."""
+            self._backlog.taken()
+            emit(self.message, message)
+
+        @property
+        def dropped(self) -> int:
+            return self._backlog.dropped
+
+        @property
+        def pending(self) -> int:
+            return self._backlog.pending
+
+        @property
+        def max_pending(self) -> int:
+            return self._backlog.max_pending
 
     class QtSubscriberObject(_Emitter, QObject):
         message = Signal(object)
+        _relay = Signal(object)
 
-        def __init__(self) -> None:
+        def __init__(self, max_pending: int) -> None:
             super().__init__()
-            self.dropped = 0
+            self._backlog = Backlog("QtSubscriber", max_pending)
+            # A queued hop to this object's thread, so the backlog is counted down where the
+            # messages are taken, and put() never waits for that thread.
+            self._relay.connect(self._take)
+
+        @Slot(object)
+        def _take(self, message: Any) -> None:
+            self._deliver(message)
 
     QtSubscriberObject.__name__ = QtSubscriberObject.__qualname__ = "QtSubscriber"
     _takes_true = _emit_takes_true(QtSubscriberObject)
@@ -82,8 +116,9 @@ class _BuiltOnFirstUse(type):
     """Makes ``QtSubscriber()`` build the QObject class (importing PySide6) at its first call,
     and ``isinstance(obj, QtSubscriber)`` recognize that class's objects."""
 
-    def __call__(cls) -> Any:
-        return _build()()
+    def __call__(cls, *, max_pending: int = 10_000) -> Any:
+        bound = check_max_pending(max_pending)  # before PySide6 is imported: a bad value says so first
+        return _build()(bound)
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return _qt_class is not None and isinstance(obj, _qt_class)
@@ -92,16 +127,21 @@ class _BuiltOnFirstUse(type):
 class QtSubscriber(metaclass=_BuiltOnFirstUse):
     """A ``put()`` subscriber that is a ``QObject`` with the signal ``message = Signal(object)``.
 
-    ``put()`` emits ``message`` from the library's thread; a slot of an object living in
-    another thread (the GUI's) runs there, queued by Qt's default connection. Construct it
-    on the thread whose objects should own it (the GUI thread); PySide6 is imported then,
-    and its absence is an ImportError naming it. ``dropped`` counts messages emitted after
-    the Qt object was deleted (dropped with a rate-limited log). A slot that raises is Qt's
-    to report and hurts no other subscriber.
+    ``QtSubscriber(*, max_pending=10_000)``. ``put()`` (the library's thread) hands each message
+    to the object's own thread through a queued signal, and never waits for that thread; there
+    ``message`` is emitted, so a slot of an object living in that thread (the GUI's) runs
+    there, one message after another. At most ``max_pending`` messages wait for that thread;
+    past that a new one is dropped and counted in ``dropped`` with one warning per burst (a
+    handle's closing message never is). Construct it on the thread whose objects should own it
+    (the GUI thread); PySide6 is imported then, and its absence is an ImportError naming it.
+    ``dropped`` also counts messages put after the Qt object was deleted (dropped with a
+    rate-limited log). A slot that raises is Qt's to report and hurts no other subscriber.
     """
 
     message: Any
     dropped: int
+    pending: int
+    max_pending: int
 
     def put(self, message: Any) -> None:
-        """Emit ``message`` (declared for readers and type checkers: the built class's runs)."""
+        """Hand ``message`` over (declared for readers and type checkers: the built class's runs)."""
