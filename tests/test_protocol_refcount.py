@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exmcp_actors._protocol._filters import normalize_filter
 from exmcp_actors._protocol._index import ListenerIndex
@@ -158,7 +160,7 @@ def test_a_different_uri_is_not_taken_for_another_spelling(subscribed: str, sent
 
 
 def test_the_spellings_a_server_sends_cost_a_bounded_cache() -> None:
-    from exmcp_actors._protocol._filters import _KEYS_CACHED, _cached_key
+    from exmcp_actors._protocol._uris import _KEYS_CACHED, _cached_key
 
     index: ListenerIndex[str] = ListenerIndex()
     long = "file:///" + "x" * 100_000 + " end"
@@ -167,3 +169,18 @@ def test_the_spellings_a_server_sends_cost_a_bounded_cache() -> None:
         assert not list(index.reached("notifications/resources/updated", {"uri": f"file:///n{number}"}))
     assert list(index.reached("notifications/resources/updated", {"uri": long.replace(" ", "%20")})) == ["one"]
     assert _cached_key.cache_info().currsize <= _KEYS_CACHED
+
+
+_URI_PARTS = st.sampled_from(
+    ["http://", "https://", "HTTP://", "ws://", "file://", "file:/", "demo://", "Demo://", "a+b.c://", "mailto:"]
+)
+_URI_TAIL = st.text(alphabet="aAzZ09-._~:/?#[]@!$&'()*+,;=% é\u00a0x", max_size=24)
+
+
+@given(_URI_PARTS, _URI_TAIL)
+@settings(max_examples=2000, deadline=None)
+def test_a_uri_taken_as_already_in_key_form_is_exactly_what_the_full_normalization_gives(start: str, tail: str) -> None:
+    from exmcp_actors._protocol._uris import _uri_key, uri_key
+
+    uri = start + tail
+    assert uri_key(uri) == _uri_key(uri), uri

@@ -86,8 +86,9 @@ def test_a_legacy_resource_watch_reads_again_when_a_sub_resource_changes() -> No
 
 
 def test_the_legacy_index_takes_a_sub_resource_exactly_as_the_modern_filter_does() -> None:
-    from exmcp_actors._protocol._filters import RESOURCE_UPDATED, normalize_filter, uri_within
+    from exmcp_actors._protocol._filters import RESOURCE_UPDATED, normalize_filter
     from exmcp_actors._protocol._index import ListenerIndex
+    from exmcp_actors._protocol._uris import uri_within
 
     bases = ["file:///", "file:///d", "file:///d/", "file:///d//", "file:///dx", "x:a/b", "/", "urn:x"]
     uris = ["file:///d", "file:///d/", "file:///d/e", "file:///d//e", "file:///dx/e", "file:///de", "x:a/b/c", "/r"]

@@ -17,11 +17,11 @@ from typing import Any, Final
 from .._protocol._catalog_diff import canonical_digest
 from .._protocol._errors import Error, NotConnected, ProtocolError
 from .._protocol._events import AuthContextNow
-from .._protocol._filters import uri_within
 from .._protocol._list_cache import PUBLIC, cache_hints
 from .._protocol._messages import CLOSED, NOTIFICATION, RECONNECTED, SUBSCRIPTION_RESYNC
 from .._protocol._peer_text import peer_text
 from .._protocol._ratelog import RateLimitedLog
+from .._protocol._uris import uri_within
 from ._handle import Handle
 
 logger = logging.getLogger("exmcp_actors.resource_watch")

@@ -7,15 +7,13 @@ raised before anything is sent.
 
 from __future__ import annotations
 
-import functools
-import string
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 from . import _messages as m
 from ._errors import FilterError
+from ._uris import uri_key, uri_within
 
 _new_tuple = tuple.__new__
 
@@ -265,79 +263,3 @@ def filter_from_wire(raw: Any) -> NotificationFilter | None:
             return None
         task_ids = _dedupe(tasks_raw)
     return NotificationFilter(categories, _dedupe(uris_raw), task_ids)
-
-
-def uri_within(uri: str, subscribed: tuple[str, ...]) -> bool:
-    """Whether a resources/updated ``uri`` is a subscribed one or a sub-resource of one (the
-    spec's ``ResourceUpdatedNotificationParams.uri``, in every revision), either in another
-    spelling (see :func:`uri_key`)."""
-    key = uri_key(uri)
-    for base in subscribed:
-        if uri == base or uri.startswith(base.rstrip("/") + "/"):
-            return True
-        base_key = uri_key(base)
-        if key == base_key or key.startswith(base_key.rstrip("/") + "/"):
-            return True
-    return False
-
-
-#: Characters a URI holds as they are (RFC 3986: unreserved and reserved; "%" only in an escape).
-_URI_CHARS: Final = frozenset(string.ascii_letters + string.digits + "-._~:/?#[]@!$&'()*+,;=")
-_UNRESERVED: Final = frozenset(string.ascii_letters + string.digits + "-._~")
-_HEX: Final = frozenset(string.hexdigits)
-#: Schemes whose authority with an empty path means the path "/" (WHATWG's special schemes).
-_SLASHED: Final = frozenset({"http", "https", "ws", "wss", "ftp"})
-
-
-#: URIs at most this long have their key cached (at most :data:`_KEYS_CACHED` of them): what a
-#: server sends cannot make the cache hold more than a few MiB.
-_CACHED_CHARS: Final = 2048
-_KEYS_CACHED: Final = 1024
-
-
-def uri_key(uri: str) -> str:
-    """The form every spelling of one URI shares (see :func:`_uri_key`); short ones are cached."""
-    return _cached_key(uri) if len(uri) <= _CACHED_CHARS else _uri_key(uri)
-
-
-def _uri_key(uri: str) -> str:
-    """The form every spelling of one URI shares, for matching a ``resources/updated`` to what
-    was subscribed: scheme and host in lower case, escapes in upper case (an unreserved character
-    unescaped), what a URI cannot hold (a space, non-ASCII) escaped as UTF-8, and an http(s) or
-    ws(s) authority's empty path as "/". Servers that keep URIs as parsed URLs send them back so
-    (pydantic's ``AnyUrl`` in the Python SDK 1.x). An escaped "/" stays escaped: it is another URI.
-    """
-    try:
-        parts = urlsplit(uri)
-    except ValueError:  # not a URI a parser takes (a bad IPv6 host): only itself matches it
-        return uri
-    userinfo, at, host = parts.netloc.rpartition("@")
-    path = _escaped(parts.path)
-    if not path and parts.netloc and parts.scheme.lower() in _SLASHED:
-        path = "/"
-    query, fragment = _escaped(parts.query), _escaped(parts.fragment)
-    return urlunsplit((parts.scheme.lower(), userinfo + at + host.lower(), path, query, fragment))
-
-
-_cached_key: Final = functools.lru_cache(maxsize=_KEYS_CACHED)(_uri_key)
-
-
-def _escaped(part: str) -> str:
-    """``part`` with every escape in one form: see :func:`_uri_key`."""
-    if "%" not in part and all(char in _URI_CHARS for char in part):
-        return part
-    out: list[str] = []
-    at = 0
-    while at < len(part):
-        char, pair = part[at], part[at + 1 : at + 3]
-        if char == "%" and len(pair) == 2 and set(pair) <= _HEX:
-            decoded = chr(int(pair, 16))
-            out.append(decoded if decoded in _UNRESERVED else "%" + pair.upper())
-            at += 3
-            continue
-        if char in _URI_CHARS:
-            out.append(char)
-        else:  # a lone "%" too
-            out.extend(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
-        at += 1
-    return "".join(out)

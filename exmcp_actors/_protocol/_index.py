@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message, uri_key
+from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
+from ._uris import uri_key
 
 T = TypeVar("T")
 
@@ -108,7 +109,7 @@ class ListenerIndex(Generic[T]):
         """The entries a ``resources/updated`` of ``uri`` (in its key form, ``uri_key``) reaches:
         those of ``uri`` and, since the spec says the URI "might be a sub-resource of the one that
         the client actually subscribed to", those of each URI it is under (as
-        ``_filters.uri_within`` matches a modern one), in registration order. Costs one try per
+        ``_uris.uri_within`` matches a modern one), in registration order. Costs one try per
         length of URI held, whatever the server sends."""
         exact = self._by_uri.get(uri)
         under = [

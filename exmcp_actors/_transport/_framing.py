@@ -49,6 +49,10 @@ def invalid_frame(error: str, raw: bytes | str = b"") -> InvalidFrame:
     return InvalidFrame(error, bytes(raw[:RAW_PREVIEW_BYTES]))
 
 
+#: One encoder for every message sent: ``json.dumps`` with options builds a new one per call.
+_encode: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encode_message(message: dict[str, Any]) -> bytes:
     """Serialise one JSON-RPC message compactly as UTF-8 (no trailing newline).
 
@@ -60,7 +64,7 @@ def encode_message(message: dict[str, Any]) -> bytes:
         TypeError: the message holds something JSON cannot represent.
         ValueError: the message holds a circular reference.
     """
-    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    text = _encode(message)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
