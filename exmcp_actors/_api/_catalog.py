@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final, Literal, NamedTuple
 
 from .._delivery._bound import DEFAULT_MAX_PENDING
@@ -35,7 +36,7 @@ from .._protocol._messages import (
 )
 from .._protocol._ratelog import RateLimitedLog
 from ._catalog_fresh import Asked, CatalogStale, Expired, Fetched, Freshness, check_kinds
-from ._handle import Handle
+from ._handle import Handle, unwatched, watch_subscriber
 
 logger = logging.getLogger("exmcp_actors.catalog")
 
@@ -103,6 +104,8 @@ class Catalog(Handle):
             # host that reads catalog.tools and never the inbox costs bounded memory.
             self._inbox = LatestInbox(catalog_key, coalesce_catalog, withdrawn_by_catalog)
         self._target = resolved.target
+        #: Stops watching its subscriber's life (set once the catalog runs).
+        self._unwatch: Callable[[], None] = unwatched
         capabilities = client.server_capabilities or {}
         self.kinds: tuple[str, ...] = tuple(kind for kind in KINDS if kind in capabilities)
         self._lists: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
@@ -135,6 +138,8 @@ class Catalog(Handle):
         self._worker = threading.Thread(target=self._run, name=f"exmcp-catalog-{client.name}", daemon=True)
         self._worker.start()
         client._shared.adopt(self._worker)  # disconnect() returns once it ended, its inbox too
+        # A subscriber that dies closes the catalog, as it ends any handle.
+        self._unwatch = watch_subscriber(self, resolved, self._subscriber_gone)
 
     # -- what hosts read ---------------------------------------------------------------------
 
@@ -183,6 +188,7 @@ class Catalog(Handle):
             if self._closed:
                 return
             self._closed = True
+        self._unwatch()
         self._fresh.close()
         self._close_source()
         self._events.put(_STOP)
@@ -191,6 +197,12 @@ class Catalog(Handle):
 
     def _end(self) -> None:
         self.close()
+
+    def _subscriber_gone(self) -> None:
+        """Told by the liveness watch (perhaps in the ending thread): close, on a thread of its own."""
+        closer = threading.Thread(target=self.close, name=f"exmcp-catalog-end-{self.id}", daemon=True)
+        closer.start()
+        self.client._shared.adopt(closer)
 
     # -- the worker --------------------------------------------------------------------------
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._delivery._inbox import Inbox
-from .._delivery._targets import Delivered
+from .._delivery._targets import Delivered, Subscriber
 from .._protocol._errors import ListenerNotFound, NotConnected
 from .._protocol._filters import NotificationFilter
 from .._protocol._messages import FINAL_TAGS
@@ -118,3 +118,32 @@ class FilteredHandle(Handle):
     def _end(self) -> None:
         # A cleanup: URIs that cannot be released in time are released later, without raising.
         self.client._remove_handle(self, timeout=5.0, release_later=True)
+
+
+class _Gone:
+    """What the client's liveness watch tells (``tell()``) once a subscriber is dead."""
+
+    __slots__ = ("_on_gone",)
+
+    def __init__(self, on_gone: Callable[[], None]) -> None:
+        self._on_gone = on_gone
+
+    def tell(self, message: Any) -> None:
+        self._on_gone()
+
+
+def watch_subscriber(handle: Handle, resolved: Subscriber, on_gone: Callable[[], None]) -> Callable[[], None]:
+    """Have ``on_gone()`` called (once, on whichever thread notices; it must not block) when the
+    subscriber of a handle that has no proxy dies: told of by a thread that registered itself,
+    else polled, as every subscriber is (``_runtime._subscriber_proxy.LivenessWatcher``).
+    Returns what stops watching."""
+    watcher = handle.client._shared.liveness
+    if not resolved.watched or watcher is None:
+        return unwatched
+    key = ("handle", handle.id)
+    watcher.watch(key, resolved.alive, _Gone(on_gone), resolved.end)
+    return lambda: watcher.unwatch(key)
+
+
+def unwatched() -> None:
+    """What stops watching a subscriber that was never watched."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Final, Literal, NamedTuple
 
 import pykka
@@ -21,7 +22,7 @@ from .._delivery._targets import CUT, PutTarget, Subscriber, cut, deliver, resol
 from .._protocol._errors import Error
 from .._protocol._messages import CLOSED, FINAL_TAGS, Closed
 from .._util._checks import check_timeout
-from ._handle import Handle
+from ._handle import Handle, unwatched, watch_subscriber
 from ._resource_feed import ResourceFeed
 
 RESOURCE_CHANGED: Final = "ex_mcp_resource_changed"
@@ -114,6 +115,8 @@ class ResourceWatch(Handle):
         self._digest: bytes | None = None
         self._gone = False
         self._feed: ResourceFeed | None = None
+        #: Stops watching its subscriber's life (set once it joined its feed).
+        self._unwatch: Callable[[], None] = unwatched
 
     @property
     def follows_changes(self) -> bool:
@@ -132,6 +135,7 @@ class ResourceWatch(Handle):
         if self._gone:
             return
         self._gone = True
+        self._unwatch()
         cut(self, CUT)  # whatever a courier still holds is not delivered after this
         if self._feed is not None:
             self._feed.leave(self)
@@ -223,7 +227,8 @@ class ResourceWatchCalls:
             raise ValueError(f"uri must be a non-empty string of at most {MAX_URI_CHARS} characters, got {uri[:80]!r}")
         wait = check_timeout("timeout", timeout)
         limit = check_max_pending(max_pending)
-        handle = ResourceWatch(self, uri, resolve_subscriber(subscriber))
+        resolved = resolve_subscriber(subscriber)
+        handle = ResourceWatch(self, uri, resolved)
         if handle._courier is not None:
             with _REGISTRY_LOCK:
                 couriered: weakref.WeakSet[ResourceWatch]
@@ -240,6 +245,8 @@ class ResourceWatchCalls:
                 handle.close()
                 raise
             if joined:
+                # A subscriber that dies ends its watch, as any handle's (no delivery needed).
+                handle._unwatch = watch_subscriber(handle, resolved, handle._drop_later)
                 return handle
 
     def _resource_feed(self, uri: str, timeout: float, max_pending: int) -> ResourceFeed:

@@ -69,7 +69,7 @@ class Shell:
         self.shared = shared
         self.lane = lane
         self.name = name
-        self.watcher = LivenessWatcher(f"exmcp-liveness-{name}")
+        self.watcher = shared.liveness = LivenessWatcher(f"exmcp-liveness-{name}")
         #: The keepalive's watch for a silent connection (armed only with a keepalive).
         self.idle = IdleWatch(self.tell_actor)
         self.worker: LazyWorker | None = None

@@ -42,6 +42,9 @@ class SharedState:
     #: The session's tool book, whose facts host threads read without entering it (set with
     #: the monitor; see ``_protocol._tool_book``).
     tools: ToolBook | None = None
+    #: The client's subscriber liveness watch (``_subscriber_proxy.LivenessWatcher``, set as the
+    #: client actor is made), for handles that deliver without a proxy (resource watches, catalogs).
+    liveness: Any = None
 
     def adopt(self, thread: threading.Thread) -> None:
         """Remember a thread (forgetting finished ones) so disconnect() can join it."""
