@@ -43,6 +43,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import exmcp_actors as mcp  # noqa: E402
+
+#: The GUI fixtures (an Xvfb display, a Tk root on it, a Qt application), for every test module.
+pytest_plugins = ["tests.gui_helpers"]
 from exmcp_actors._util._scheduler import scheduler  # noqa: E402
 from exmcp_actors.testing import FakeServer  # noqa: E402
 from tests.peers.launch import Peer, peer_argv  # noqa: E402  (needs the sys.path line above)

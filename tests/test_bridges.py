@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
-import select
-import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +20,7 @@ import exmcp_actors as mcp
 from exmcp_actors._protocol._ratelog import RateLimitedLog
 from exmcp_actors.bridges import AsyncioSubscriber, QtSubscriber, TkSubscriber, _asyncio, _common, _qt, _tk
 from exmcp_actors.testing import FakeServer
+from tests.gui_helpers import run_tk
 from tests.sdk_helpers import RESOURCE_UPDATED, TOOLS_CHANGED, URI_C, WAIT, ClientPool, notify, shared_target
 
 WATCHED = {"toolsListChanged": True, "resourceSubscriptions": [URI_C]}
@@ -163,68 +161,6 @@ def test_asyncio_bad_arguments_raise_type_or_value_errors_naming_them() -> None:
 # --------------------------------------------------------------------------- Tk
 
 
-@pytest.fixture(scope="module")
-def display() -> Iterator[str]:
-    """A private Xvfb display, ready once it wrote its number (``-displayfd``)."""
-    xvfb = shutil.which("Xvfb")
-    if xvfb is None:
-        pytest.skip("no virtual display: install xvfb (Debian package) to run the Tk tests")
-    read_end, write_end = os.pipe()
-    server = subprocess.Popen(
-        [xvfb, "-displayfd", str(write_end), "-nolisten", "tcp", "-screen", "0", "640x480x24"],
-        pass_fds=(write_end,),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], WAIT)
-        number = os.read(read_end, 64).decode().strip() if ready else ""
-        if not number:
-            pytest.skip("Xvfb did not report a display")
-        yield f":{number}"
-    finally:
-        os.close(read_end)
-        server.terminate()
-        server.wait(WAIT)
-
-
-#: Every root the tests made, kept to the end: Tk objects live in reference cycles, and Tcl
-#: aborts the process when the garbage collector frees one on another thread (a later test's
-#: library thread, say); at exit they are freed on the main thread.
-_TK_ROOTS: list[Any] = []
-
-
-@pytest.fixture
-def tk_root(display: str) -> Iterator[Any]:
-    tkinter = pytest.importorskip("tkinter", reason="this Python has no tkinter")
-    root = tkinter.Tk(screenName=display)
-    _TK_ROOTS.append(root)
-    root.withdraw()
-    yield root
-    try:
-        root.destroy()
-    except tkinter.TclError:
-        pass  # the test destroyed it
-
-
-def _run_tk(root: Any, until: Callable[[], bool], then: Callable[[], None]) -> None:
-    """Run ``root``'s main loop: ``then`` starts once it runs; it quits once ``until()`` or after WAIT."""
-    guard = root.after(int(WAIT * 1000), root.quit)
-
-    def check() -> None:
-        if until():
-            root.quit()
-        else:
-            root.after(10, check)
-
-    root.after_idle(then)
-    root.after(10, check)
-    root.mainloop()
-    root.after_cancel(guard)
-
-
 def test_tk_callback_runs_on_the_tk_thread_for_a_real_servers_update(
     tk_root: Any, peer_pool: Any, client_pool: ClientPool
 ) -> None:
@@ -233,7 +169,7 @@ def test_tk_callback_runs_on_the_tk_thread_for_a_real_servers_update(
     client = client_pool.connect(shared_target(peer_pool, "ws", "legacy").make_transport())
     client.watch(WATCHED, subscriber=sub)
     trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_C))
-    _run_tk(tk_root, lambda: bool(got), trigger.start)
+    run_tk(tk_root, lambda: bool(got), trigger.start)
     trigger.join(WAIT)
     assert got, "no message reached the Tk callback"
     msg, thread = got[0]
@@ -257,7 +193,7 @@ def test_a_raising_tk_callback_is_logged_once_and_hurts_no_other_subscriber(
     box: queue.Queue[Any] = queue.Queue()
     client.watch(WATCHED, subscriber=box)
     trigger = threading.Thread(target=notify, args=(client, "resource_updated", URI_C), kwargs={"count": 2})
-    _run_tk(tk_root, lambda: len(calls) == 2, trigger.start)
+    run_tk(tk_root, lambda: len(calls) == 2, trigger.start)
     trigger.join(WAIT)
     assert len(calls) == 2  # called again after raising
     assert [box.get(timeout=WAIT).method for _ in range(2)] == [RESOURCE_UPDATED] * 2
@@ -298,7 +234,7 @@ def test_disconnect_on_the_tk_thread_waits_for_no_delivery_to_a_tk_subscriber(tk
             client.disconnect(timeout=2.0)
             alive.append([t.name for t in client._shared.children if t.is_alive()])
 
-        _run_tk(tk_root, lambda: bool(got), disconnect_here)
+        run_tk(tk_root, lambda: bool(got), disconnect_here)
     assert alive == [[]]  # the subscriber's proxy had ended when disconnect() returned
     assert [type(msg).__name__ for msg in got] == ["Closed"]  # delivered on the Tk thread afterwards
 
@@ -310,7 +246,7 @@ def test_a_tk_put_with_no_main_loop_running_waits_for_none_and_is_delivered_once
     putter.start()
     putter.join(WAIT)
     assert not putter.is_alive() and sub.dropped == 0
-    _run_tk(tk_root, lambda: bool(got), lambda: None)
+    run_tk(tk_root, lambda: bool(got), lambda: None)
     assert [msg.params["uri"] for msg in got] == ["file:///1"]
 
 
@@ -324,7 +260,7 @@ def test_a_tk_subscriber_keeps_at_most_max_pending_and_never_drops_a_closing(
         sub.put(_event(n))
     sub.put(_closed())
     assert sub.dropped == 2 and len(caught.records) == 1
-    _run_tk(tk_root, lambda: len(got) == 3, lambda: None)
+    run_tk(tk_root, lambda: len(got) == 3, lambda: None)
     assert [msg[0] for msg in got] == ["ex_mcp_notification", "ex_mcp_notification", "ex_mcp_notification_closed"]
     with pytest.raises(ValueError, match="max_pending"):
         TkSubscriber(tk_root, got.append, max_pending=0)
@@ -340,13 +276,6 @@ def test_tk_bad_arguments_raise_type_errors_naming_them() -> None:
 
 
 # --------------------------------------------------------------------------- Qt
-
-
-@pytest.fixture
-def qt_app(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
-    qtcore = pytest.importorskip("PySide6.QtCore", reason="PySide6 is not installed (pip install PySide6-Essentials)")
-    return qtcore.QCoreApplication.instance() or qtcore.QCoreApplication([])
 
 
 def test_qt_slot_runs_on_the_gui_thread_for_a_real_servers_update(
