@@ -18,6 +18,10 @@ from ._uris import uri_key
 T = TypeVar("T")
 
 
+#: How many ``resources/updated`` URIs an index remembers what they reached (see ``_reached``).
+_REACHED_KEPT = 1024
+
+
 class ListenerIndex(Generic[T]):
     """Maps categories and URIs to the entries (listeners) that enabled them.
 
@@ -37,6 +41,10 @@ class ListenerIndex(Generic[T]):
         #: Each entry's place in registration order.
         self._order: dict[Hashable, int] = {}
         self._added = 0
+        #: What each ``resources/updated`` URI reached, as the server spelt it, until the index
+        #: next changes: a flood of one URI's updates costs a dict lookup each, not its key form
+        #: and the walk of its parents (at most :data:`_REACHED_KEPT` URIs, whatever the server sends).
+        self._reached: dict[str, dict[Hashable, T] | None] = {}
 
     def __len__(self) -> int:
         return len(self._filters)
@@ -49,6 +57,7 @@ class ListenerIndex(Generic[T]):
         if key in self._filters:
             raise ValueError(f"entry {key!r} is already indexed")
         self._filters[key] = flt
+        self._reached.clear()
         self._added += 1
         self._order[key] = self._added
         for category in flt.categories:
@@ -67,6 +76,7 @@ class ListenerIndex(Generic[T]):
         flt = self._filters.pop(key, None)
         if flt is None:
             return
+        self._reached.clear()
         del self._order[key]
         for category in flt.categories:
             _discard(self._by_category, category, key)
@@ -101,7 +111,17 @@ class ListenerIndex(Generic[T]):
     def _bucket(self, method: str, params: Any) -> dict[Hashable, T] | None:
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if type(params) is dict else None
-            return self._updated(uri_key(uri)) if type(uri) is str else None
+            if type(uri) is not str:
+                return None
+            try:
+                return self._reached[uri]
+            except KeyError:
+                pass
+            reached = self._updated(uri_key(uri))
+            if len(self._reached) >= _REACHED_KEPT:
+                self._reached.clear()
+            self._reached[uri] = reached
+            return reached
         category = CATEGORY_OF_METHOD.get(method)
         return self._by_category.get(category) if category is not None else None
 

@@ -50,6 +50,11 @@ _KEY_FORM: Final = re.compile(
 
 def uri_key(uri: str) -> str:
     """The form every spelling of one URI shares (see :func:`_uri_key`); short ones are cached."""
+    return _cached_key(uri) if len(uri) <= _CACHED_CHARS else _key_of(uri)
+
+
+def _key_of(uri: str) -> str:
+    """:func:`_uri_key`, without its parse for a URI already in key form (most of them)."""
     known = _KEY_FORM.match(uri)
     # What the slow path would change all the same: a slashed scheme's empty path, and the "//"
     # of an empty authority (in a scheme urllib does not know to have one, or before a path
@@ -60,7 +65,7 @@ def uri_key(uri: str) -> str:
             authority or (scheme in uses_netloc and not (path or "").startswith("//"))
         ):
             return uri
-    return _cached_key(uri) if len(uri) <= _CACHED_CHARS else _uri_key(uri)
+    return _uri_key(uri)
 
 
 def _uri_key(uri: str) -> str:
@@ -82,7 +87,7 @@ def _uri_key(uri: str) -> str:
     return urlunsplit((parts.scheme.lower(), userinfo + at + host.lower(), path, query, fragment))
 
 
-_cached_key: Final = functools.lru_cache(maxsize=_KEYS_CACHED)(_uri_key)
+_cached_key: Final = functools.lru_cache(maxsize=_KEYS_CACHED)(_key_of)
 
 
 def _escaped(part: str) -> str:
