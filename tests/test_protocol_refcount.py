@@ -184,3 +184,22 @@ def test_a_uri_taken_as_already_in_key_form_is_exactly_what_the_full_normalizati
 
     uri = start + tail
     assert uri_key(uri) == _uri_key(uri), uri
+
+
+def test_what_an_update_reached_is_forgotten_when_the_index_changes_and_stays_bounded() -> None:
+    from exmcp_actors._protocol import _index
+
+    index: ListenerIndex[str] = ListenerIndex()
+    updated = "notifications/resources/updated"
+    index.add(1, normalize_filter({"resourceSubscriptions": ["file:///a"]}), "a")
+    assert list(index.reached(updated, {"uri": "file:///b"})) == []
+    index.add(2, normalize_filter({"resourceSubscriptions": ["file:///b"]}), "b")
+    assert list(index.reached(updated, {"uri": "file:///b"})) == ["b"]
+    index.add(3, normalize_filter({"resourceSubscriptions": ["file:///"]}), "root")
+    assert list(index.reached(updated, {"uri": "file:///b"})) == ["b", "root"]
+    index.remove(2)
+    assert list(index.reached(updated, {"uri": "file:///b"})) == ["root"]
+    for number in range(3 * _index._REACHED_KEPT):
+        index.reached(updated, {"uri": f"other:///{number}"})
+    assert len(index._reached) <= _index._REACHED_KEPT
+    assert list(index.reached(updated, {"uri": "file:///a"})) == ["a", "root"]

@@ -38,7 +38,9 @@ the tool book's ``facts``      replaced whole under the monitor (``LearnTools``)
                                (``Mcp-Param-*`` headers) and host threads (may a
                                dropped call be re-issued), through ``SharedState.tools``
 the listener index             written under the monitor *and* the lane's lock;
-                               read by a reader under the lane's lock alone
+                               read by a reader under the lane's lock alone (its
+                               memory of what each updated URI reached is written
+                               by whoever reads: the index cannot change meanwhile)
 ``SharedState``                written under the monitor (``Shell.publish``), each
                                field replaced whole; read by the facade without a lock
 the refcount book              under ``SharedBook.lock``; wire operations on it in
