@@ -195,6 +195,12 @@ def client_pool() -> Iterator[ClientPool]:
 
 
 @pytest.fixture
+def pool(client_pool: ClientPool) -> ClientPool:
+    """:func:`client_pool`, under the shorter name the peer tests use."""
+    return client_pool
+
+
+@pytest.fixture
 def legacy_client(legacy_server: FakeServer) -> Iterator[mcp.Client]:
     """A legacy client of ``legacy_server``, each request bounded by 5 s."""
     client = mcp.connect(legacy_server.transport(), protocol="legacy", request_timeout=5.0)

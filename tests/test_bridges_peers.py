@@ -51,6 +51,18 @@ def _follow(client: mcp.Client, tap: TapTransport, subscriber: Any, got: list[An
     assert _texts(got) == ["demo://a v0", "demo://a v1", "demo://a v0", "demo://a v1"]
 
 
+def _recorder() -> tuple[list[Any], set[int], Callable[[Any], None]]:
+    """What a callback got, the threads it ran on, and the callback."""
+    got: list[Any] = []
+    threads: set[int] = set()
+
+    def record(message: Any) -> None:
+        got.append(message)
+        threads.add(threading.get_ident())
+
+    return got, threads, record
+
+
 def _connect(pool: ClientPool, argv: list[str], protocol: str) -> tuple[mcp.Client, TapTransport]:
     tap = TapTransport(mcp.StdioTransport(argv))
     client = pool.connect(tap, protocol=protocol, backoff=FAST, connect_timeout=WAIT, max_reconnect_attempts=60)
@@ -98,14 +110,8 @@ def test_a_tk_callback_follows_a_ts_servers_resource_across_a_kill(
     tk_root: Any, client_pool: ClientPool, protocol: str
 ) -> None:
     client, tap = _connect(client_pool, stdio_era_argv("ts", protocol), protocol)
-    got: list[Any] = []
-    threads: set[int] = set()
-
-    def callback(message: Any) -> None:
-        got.append(message)
-        threads.add(threading.get_ident())
-
-    sub = TkSubscriber(tk_root, callback)
+    got, threads, record = _recorder()
+    sub = TkSubscriber(tk_root, record)
 
     def pump(done: Callable[[], bool]) -> None:
         run_tk(tk_root, done, lambda: None)
@@ -124,13 +130,7 @@ def test_a_qt_slot_follows_a_ts_servers_resource_across_a_kill(
 
     client, tap = _connect(client_pool, stdio_era_argv("ts", protocol), protocol)
     sub = QtSubscriber()
-    got: list[Any] = []
-    threads: set[int] = set()
-
-    def slot(message: Any) -> None:
-        got.append(message)
-        threads.add(threading.get_ident())
-
+    got, threads, slot = _recorder()
     sub.message.connect(slot)
 
     def pump(done: Callable[[], bool]) -> None:

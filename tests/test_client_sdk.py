@@ -11,7 +11,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pykka
@@ -80,13 +79,6 @@ def target(request: pytest.FixtureRequest, peer_pool: Any) -> Target:
     session's counters (``server_stats(client, mine=True)``)."""
     kind, era = request.param
     return shared_target(peer_pool, kind, era)
-
-
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    clients = ClientPool()
-    yield clients
-    clients.close_all()
 
 
 def connect(pool: ClientPool, target: Target, **kwargs: Any) -> tuple[mcp.Client, TapTransport]:

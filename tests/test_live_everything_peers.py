@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,13 +26,6 @@ TEXT = "demo://resource/dynamic/text/1"
 BLOB = "demo://resource/dynamic/blob/1"
 
 pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
-
-
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    made = ClientPool()
-    yield made
-    made.close_all()
 
 
 def connect(pool: ClientPool, **options: Any) -> tuple[mcp.Client, TapTransport]:

@@ -32,13 +32,6 @@ ERAS = [pytest.param("legacy", id="legacy"), pytest.param("auto", id="modern")]
 pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
 
 
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    made = ClientPool()
-    yield made
-    made.close_all()
-
-
 def stdio(pool: ClientPool, protocol: str, **options: Any) -> tuple[mcp.Client, TapTransport]:
     tap = TapTransport(mcp.StdioTransport(fastmcp_argv()))
     client = pool.connect(tap, protocol=protocol, **{**PATIENT, **options})

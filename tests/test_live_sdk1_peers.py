@@ -6,8 +6,6 @@ advertises ``resources.subscribe: false`` unless the server applies the known wo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import exmcp_actors as mcp
@@ -17,13 +15,6 @@ from tests.sdk_helpers import ClientPool, TapTransport
 WAIT = 20.0
 
 pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
-
-
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    made = ClientPool()
-    yield made
-    made.close_all()
 
 
 def text_of(watch: mcp.ResourceWatch) -> str:

@@ -7,7 +7,6 @@ The same over WebSocket and Streamable HTTP, across a kill and a restart on the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,13 +26,6 @@ SUBJECT: dict[str, tuple[str, str, Any]] = {
     "sdk": ("file:///a.txt", "notify", lambda n: f"a.txt version {n}"),
     "ts": ("demo://a", "touch", lambda n: f"demo://a v{n - 1}"),
 }
-
-
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    made = ClientPool()
-    yield made
-    made.close_all()
 
 
 def change(client: mcp.Client, peer: str) -> None:

@@ -36,13 +36,6 @@ RECONNECTED = "ex_mcp_notification_reconnected"
 no_ts = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
 
 
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    made = ClientPool()
-    yield made
-    made.close_all()
-
-
 def start(pool: ClientPool, peer: str, protocol: str, **options: Any) -> tuple[mcp.Client, TapTransport]:
     tap = TapTransport(mcp.StdioTransport(stdio_era_argv(peer, protocol)))
     options.setdefault("max_reconnect_attempts", PATIENT)

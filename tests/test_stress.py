@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,13 +39,6 @@ CYCLES_PER_THREAD = 125  # 1,000 subscribe/unsubscribe cycles in all
 URIS = [URI_A, URI_B, URI_C]
 #: A hard bound for the whole run (it takes a second or two).
 BUDGET = 60.0
-
-
-@pytest.fixture
-def pool() -> Iterator[ClientPool]:
-    clients = ClientPool()
-    yield clients
-    clients.close_all()
 
 
 def _cycles(client: mcp.Client, seed: int, errors: list[BaseException], start: threading.Barrier) -> None:
