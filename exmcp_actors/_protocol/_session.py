@@ -55,13 +55,43 @@ from ._subscriptions import Subscriptions
 logger = logging.getLogger("exmcp_actors")
 
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
-#: Why a legacy resources/subscribe is refused before the wire (see :func:`_advertises_subscribe`).
+#: Why a legacy resources/subscribe is refused before the wire (see :func:`refused_before_the_wire`).
 SUBSCRIBE_NOT_ADVERTISED = ("capability_not_advertised", "resources.subscribe")
 
 
-def _advertises_subscribe(negotiated: Negotiated | None) -> bool:
+def refused_before_the_wire(message: ev.SendRequest, negotiated: Negotiated | None) -> Error | None:
+    """Why a legacy request is refused without the wire, if it is: a client MUST only use the
+    capabilities the server negotiated, so a server that does not advertise
+    ``resources.subscribe`` is never sent one."""
+    if message.method != "resources/subscribe":
+        return None
     resources = negotiated.capabilities.get("resources") if negotiated is not None else None
-    return isinstance(resources, dict) and resources.get("subscribe") is True
+    if isinstance(resources, dict) and resources.get("subscribe") is True:
+        return None
+    return Error("the server does not advertise resources.subscribe", reason=SUBSCRIBE_NOT_ADVERTISED)
+
+
+def crashed(life: Lifecycle, reports: RateLimitedLog, name: str, frame: rpc.Frame, error: Exception) -> None:
+    """A bug of ours tripped while handling ``frame``: the client closes with ``("crashed", ...)``.
+
+    Carrying on would risk the worst outcome, a client that looks alive and is not: what
+    the bug left half done (an answer never routed, a phase never moved) stays undone.
+    The peer's bad input never comes here: where it is read, it raises :class:`ProtocolError`.
+    """
+    reports.error(
+        "internal",
+        "%s: internal error handling a frame: %s (frame %s)",
+        name,
+        peer_text(error),
+        peer_text(frame),
+        exc_info=True,
+    )
+    if life.closed:
+        return
+    reason = ("crashed", repr(error))
+    if not life.connection.was_ready:  # connect() reports it, rather than return a closed client
+        life.connect_error = ConnectError(f"the client crashed while connecting: {peer_text(error)}", reason=reason)
+    life.stop(reason)
 
 
 class Session:
@@ -200,27 +230,7 @@ class Session:
                 return  # the client is closing: the rest of the batch would meet the same state
 
     def _internal_error(self, frame: rpc.Frame, error: Exception) -> None:
-        """A bug of ours tripped while handling ``frame``: the client closes with ``("crashed", ...)``.
-
-        Carrying on would risk the worst outcome, a client that looks alive and is not: what
-        the bug left half done (an answer never routed, a phase never moved) stays undone.
-        The peer's bad input never comes here: where it is read, it raises :class:`ProtocolError`.
-        """
-        self._internal.error(
-            "internal",
-            "%s: internal error handling a frame: %s (frame %s)",
-            self.name,
-            peer_text(error),
-            peer_text(frame),
-            exc_info=True,
-        )
-        life = self.life
-        if life.closed:
-            return
-        reason = ("crashed", repr(error))
-        if not life.connection.was_ready:  # connect() reports it, rather than return a closed client
-            life.connect_error = ConnectError(f"the client crashed while connecting: {peer_text(error)}", reason=reason)
-        life.stop(reason)
+        crashed(self.life, self._internal, self.name, frame, error)
 
     def _on_frame(self, frame: rpc.Frame) -> None:
         """Act on a frame that is not a plain notification; raises ProtocolError for an invalid one."""
@@ -300,11 +310,8 @@ class Session:
         params = message.params
         if self.era == "modern":
             params = self._modern_params(params)
-        elif message.method == "resources/subscribe" and not _advertises_subscribe(self.life.negotiated):
-            # A legacy client MUST only use the capabilities the server negotiated: a server that
-            # does not advertise resources.subscribe is never sent one (its refusal, without the wire).
-            error = Error("the server does not advertise resources.subscribe", reason=SUBSCRIBE_NOT_ADVERTISED)
-            self.effects.reject(message.future, error)
+        elif (refused := refused_before_the_wire(message, self.life.negotiated)) is not None:
+            self.effects.reject(message.future, refused)
             return
         self.pending.add(message.request_id, message.method, future=message.future)
         self.effects.send(rpc.RequestBuilder.request(message.method, params, message.request_id), message.request_id)
