@@ -5,6 +5,7 @@ refused once it gathered MAX_ITEMS items or MAX_WALK_BYTES of pages."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -92,3 +93,52 @@ def test_a_walk_past_the_byte_bound_is_refused_and_the_catalog_goes_on_with_what
             while changed[0] != "ex_mcp_catalog_changed":
                 changed = catalog.get(timeout=WAIT)
             assert changed.added == ("late",)
+
+
+def _holds_a_tool(value: Any, depth: int = 4) -> bool:
+    """Whether ``value`` reaches a tool of :func:`_endless` within ``depth`` containers."""
+    if isinstance(value, dict):
+        if str(value.get("name", "")).startswith("t") and "inputSchema" in value:
+            return True
+        return depth > 0 and any(_holds_a_tool(item, depth - 1) for item in value.values())
+    if isinstance(value, list | tuple | set):
+        return depth > 0 and any(_holds_a_tool(item, depth - 1) for item in value)
+    return False
+
+
+@pytest.mark.parametrize("how", ["refused", "timed out"])
+def test_a_walk_that_fails_leaves_nothing_it_gathered_to_the_error_it_raises(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host (or a Call, as the error of a relisting) may keep the error for long: its
+    traceback keeps the walk's frames alive, and they must not hold the pages' items."""
+    monkeypatch.setattr(_lists, "MAX_ITEMS", 250)
+    release = threading.Event()
+    endless = _endless(per_page=100)
+
+    def page(params: dict[str, Any], ctx: Any) -> Any:
+        if how == "timed out" and params.get("cursor") is not None:
+            release.wait(WAIT)  # the second page never comes in time
+        return endless(params, ctx)
+
+    with FakeServer() as server:
+        server.on("tools/list", page, concurrent=True)
+        with mcp.connect(server.transport(), request_timeout=WAIT) as client:
+            try:
+                with pytest.raises(mcp.RequestTimeout if how == "timed out" else mcp.ProtocolError) as raised:
+                    client.list_tools(timeout=0.3 if how == "timed out" else WAIT)
+            finally:
+                release.set()
+    frames = []
+    tb = raised.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    assert any(frame.f_code.co_name == "_walk" for frame in frames)
+    held = [
+        (frame.f_code.co_name, name)
+        for frame in frames
+        for name, value in frame.f_locals.items()
+        if _holds_a_tool(value)
+    ]
+    assert held == []

@@ -237,36 +237,45 @@ class ListCalls:
         cursor: Any = None
         seen: set[Any] = set()
         spent = 0
-        for _ in range(MAX_PAGES):
-            wait = timeout if deadline is None else _time_left(method, timeout, deadline, len(pages))
-            try:
-                result, was_kept, fresh_until, size = self._fetch_page(
-                    method, cursor, cache=cache, timeout=wait, meta=meta
-                )
-            except RequestTimeout:
-                if deadline is not None and time.monotonic() >= deadline:  # the walk's time ran out
-                    raise _walk_timeout(method, len(pages)) from None
-                raise
-            pages.append(Page(None, was_kept, fresh_until))
-            items.extend(page_items(method, result))
-            spent += size
-            if spent > MAX_WALK_BYTES or len(items) > MAX_ITEMS:
-                raise ProtocolError(
-                    f"{method} returned more than {MAX_ITEMS:,} items or {MAX_WALK_BYTES >> 20} MiB over "
-                    f"{len(pages):,} pages: the listing is refused"
-                )
-            cursor = result.get("nextCursor")
-            if cursor is None:
-                if method == "tools/list":
-                    visible: list[Any] = self._run(LearnTools(items, True))
-                    return visible
-                return items
-            if isinstance(cursor, dict | list):  # a cursor is an opaque token, never a structure
-                raise ProtocolError(f"{method} returned a nextCursor that is no cursor: {peer_text(cursor)}")
-            if cursor in seen:
-                raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
-            seen.add(cursor)
-        raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
+        result: Any = None
+        try:
+            for _ in range(MAX_PAGES):
+                wait = timeout if deadline is None else _time_left(method, timeout, deadline, len(pages))
+                try:
+                    result, was_kept, fresh_until, size = self._fetch_page(
+                        method, cursor, cache=cache, timeout=wait, meta=meta
+                    )
+                except RequestTimeout:
+                    if deadline is not None and time.monotonic() >= deadline:  # the walk's time ran out
+                        raise _walk_timeout(method, len(pages)) from None
+                    raise
+                pages.append(Page(None, was_kept, fresh_until))
+                items.extend(page_items(method, result))
+                spent += size
+                if spent > MAX_WALK_BYTES or len(items) > MAX_ITEMS:
+                    raise ProtocolError(
+                        f"{method} returned more than {MAX_ITEMS:,} items or {MAX_WALK_BYTES >> 20} MiB over "
+                        f"{len(pages):,} pages: the listing is refused"
+                    )
+                cursor = result.get("nextCursor")
+                if cursor is None:
+                    if method == "tools/list":
+                        visible: list[Any] = self._run(LearnTools(items, True))
+                        return visible
+                    return items
+                if isinstance(cursor, dict | list):  # a cursor is an opaque token, never a structure
+                    raise ProtocolError(f"{method} returned a nextCursor that is no cursor: {peer_text(cursor)}")
+                if cursor in seen:
+                    raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
+                seen.add(cursor)
+            raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
+        except BaseException:
+            # The error's traceback keeps this frame alive as long as whoever caught it keeps the
+            # error (a Call, as the cause of its own): what the walk gathered goes now.
+            items.clear()
+            seen.clear()
+            result = None
+            raise
 
     def list_tools(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
         """Every tool, all pages followed, within ``timeout`` for the whole walk (default: the
