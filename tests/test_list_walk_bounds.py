@@ -58,7 +58,8 @@ def test_a_walk_past_the_item_bound_is_refused_saying_so(monkeypatch: pytest.Mon
         server.on("tools/list", _endless(per_page=100))
         with mcp.connect(server.transport()) as client:
             with pytest.raises(
-                mcp.ProtocolError, match=r"tools/list returned more than 250 items or .* the listing is"
+                mcp.ProtocolError,
+                match=r"tools/list returned more than 250 items over 3 pages: the listing is refused \(list_page\(\)",
             ):
                 client.list_tools(timeout=WAIT)
             assert server.count("tools/list") == 3  # refused at the page that crossed the bound
@@ -78,7 +79,7 @@ def test_a_walk_past_the_byte_bound_is_refused_and_the_catalog_goes_on_with_what
             assert listed is not None
             server.on("tools/list", _endless(fat="x" * 200_000))
             walked = server.count("tools/list")
-            with pytest.raises(mcp.ProtocolError, match="MiB over 6 pages"):
+            with pytest.raises(mcp.ProtocolError, match=r"more than 1 MiB of pages \(as compact JSON\) over 6 pages"):
                 client.list_tools(cache=False, timeout=WAIT)
             server.list_changed("tools")
             refused = walked + 12  # this walk's 6 pages, then the worker's 6
@@ -142,3 +143,25 @@ def test_a_walk_that_fails_leaves_nothing_it_gathered_to_the_error_it_raises(
         if _holds_a_tool(value)
     ]
     assert held == []
+
+
+def test_a_walk_of_pages_dense_in_values_is_refused_by_their_number_not_only_their_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty object is 3 bytes of compact JSON and some 70 decoded: 64 MiB of them held
+    some 1.8 GB. A walk counts its pages' values (brackets and commas) too."""
+    monkeypatch.setattr(_lists, "MAX_WALK_VALUES", 50_000)
+
+    def page(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        at = int(params.get("cursor") or 0)
+        schema = {"type": "object", "x": [{}] * 20_000}
+        return {"tools": [{"name": f"t{at}", "inputSchema": schema}], "nextCursor": str(at + 1)}
+
+    with FakeServer() as server:
+        server.on("tools/list", page)
+        with mcp.connect(server.transport()) as client:
+            with pytest.raises(
+                mcp.ProtocolError, match=r"tools/list returned more than 50,000 JSON values over 2 pages: the listing"
+            ):
+                client.list_tools(timeout=WAIT)
+            assert server.count("tools/list") == 2
