@@ -165,3 +165,29 @@ def test_a_walk_of_pages_dense_in_values_is_refused_by_their_number_not_only_the
             ):
                 client.list_tools(timeout=WAIT)
             assert server.count("tools/list") == 2
+
+
+def _deeper(frames: int, call: Any) -> Any:
+    """``call()`` from ``frames`` frames deeper in this thread's stack."""
+    return call() if frames == 0 else _deeper(frames - 1, call)
+
+
+def test_a_page_too_deep_for_the_hosts_stack_to_encode_is_charged_its_own_size() -> None:
+    """The reader decodes a page near the top of its stack, a host's thread may be too deep
+    to encode it again: such a page counts what it holds, not the largest frame (16 MiB each,
+    so that five small pages were refused as more than 64 MiB)."""
+    deep: Any = {}
+    for _ in range(900):
+        deep = {"d": deep}
+
+    def page(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        at = int(params.get("cursor") or 0)
+        listed = {"tools": [{"name": f"t{at}", "inputSchema": {"type": "object", "x": deep}}]}
+        return {**listed, "nextCursor": str(at + 1)} if at < 5 else listed
+
+    with FakeServer() as server:
+        server.on("tools/list", page)
+        with mcp.connect(server.transport()) as client:
+            assert _deeper(100, lambda: _lists._kept_form(page({}, None))) is None  # too deep to encode there
+            tools = _deeper(100, lambda: client.list_tools(timeout=WAIT))
+            assert [tool["name"] for tool in tools] == [f"t{at}" for at in range(6)]

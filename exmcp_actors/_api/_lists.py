@@ -19,7 +19,6 @@ from .._protocol._handshake import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, M
 from .._protocol._jsonrpc import INVALID_PARAMS
 from .._protocol._list_cache import cache_hints
 from .._protocol._peer_text import peer_text
-from .._transport._base import DEFAULT_MAX_FRAME_BYTES
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES: Final = 10_000
@@ -136,13 +135,33 @@ def _kept_form(result: Any) -> bytes | None:
         return None
 
 
-def _size_of(data: bytes | None) -> tuple[int, int]:
-    """What a page counts against a walk's bytes and values: a page too deep to encode counts
-    as the largest frame a transport takes (no server's listing nests that deep), which holds
-    at most as many values as bytes."""
+def _size_of(data: bytes | None, result: Any) -> tuple[int, int]:
+    """What a page counts against a walk's bytes and values: those of its compact JSON
+    ``data``, or, for a page too deep to encode on this thread, what :func:`_measured` finds."""
     if data is None:
-        return DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_FRAME_BYTES
+        return _measured(result)
     return len(data), _values_in(data)
+
+
+def _measured(result: Any) -> tuple[int, int]:
+    """About the bytes of a page's compact JSON, and its values, counted without recursion:
+    for a page nested deeper than this thread's stack lets the encoder go (the host may be deep
+    in its own calls; charging such a page the largest frame refused small listings). Stops
+    past :data:`MAX_WALK_VALUES` values, which refuses the walk."""
+    size = values = 0
+    stack = [result]
+    while stack and values <= MAX_WALK_VALUES:
+        node = stack.pop()
+        values += 1
+        if isinstance(node, dict):
+            size += 2 + sum(len(key) + 4 for key in node)  # quotes, colon, comma
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            size += 2 + len(node)
+            stack.extend(node)
+        else:
+            size += len(node) + 2 if isinstance(node, str) else 8
+    return size, values
 
 
 def _values_in(data: bytes) -> int:
@@ -205,7 +224,7 @@ class ListCalls:
         params = with_meta({"cursor": cursor} if cursor is not None else {}, meta)
         if meta is not None:
             result = self.request(method, params, timeout=timeout)
-            size, values = _size_of(_kept_form(result))
+            size, values = _size_of(_kept_form(result), result)
             return Page(result, False, size=size, values=values)
         lookup = self._run(CachedPage(method, cursor, cache))
         kept = _copy_of(lookup.hit) if lookup.hit is not None else None
@@ -223,7 +242,7 @@ class ListCalls:
             # Nothing to keep, and (after a plain miss) nothing kept that this page supersedes.
             if ttl_ms > 0 or not cache or lookup.hit is not None:
                 self._run(StorePage(lookup.ticket, kept_data, ttl_ms, scope))
-        return Page(result, False, fresh_until, *_size_of(data))
+        return Page(result, False, fresh_until, *_size_of(data, result))
 
     def _paginate(
         self,
