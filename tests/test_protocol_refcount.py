@@ -203,3 +203,20 @@ def test_what_an_update_reached_is_forgotten_when_the_index_changes_and_stays_bo
         index.reached(updated, {"uri": f"other:///{number}"})
     assert len(index._reached) <= _index._REACHED_KEPT
     assert list(index.reached(updated, {"uri": "file:///a"})) == ["a", "root"]
+
+
+def test_what_updates_reached_is_remembered_for_short_uris_alone_so_its_memory_is_bounded_in_bytes() -> None:
+    """A server's URIs are its own to size (a frame is up to 16 MiB): remembering 1,024 of any
+    length could hold gigabytes until the index next changed."""
+    from exmcp_actors._protocol import _index
+    from exmcp_actors._protocol._uris import _CACHED_CHARS
+
+    index: ListenerIndex[str] = ListenerIndex()
+    updated = "notifications/resources/updated"
+    index.add(1, normalize_filter({"resourceSubscriptions": ["file:///a"]}), "a")
+    for number in range(200):
+        assert list(index.reached(updated, {"uri": f"file:///a/{number}/" + "x" * 100_000})) == ["a"]
+        assert list(index.reached(updated, {"uri": f"file:///b/{number}/" + "x" * 100_000})) == []
+    assert list(index.reached(updated, {"uri": "file:///a/short"})) == ["a"]
+    assert "file:///a/short" in index._reached
+    assert sum(map(len, index._reached)) <= _index._REACHED_KEPT * _CACHED_CHARS
