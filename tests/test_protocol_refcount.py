@@ -148,6 +148,11 @@ def test_an_update_in_another_spelling_of_the_subscribed_uri_reaches_its_listene
         ("demo://a/b", "demo://a/c"),
         ("file:///a%2Fb", "file:///a/b"),
         ("demo://a", "demo://ab"),
+        # An empty authority before a path that starts with "//" is no authority "x".
+        ("http://evil/", "http:////evil/"),
+        ("demo://x/a", "demo:////x/a"),
+        ("demo:////x/a", "demo://x/a"),
+        ("demo://x", "demo:////x/a"),
     ],
 )
 def test_a_different_uri_is_not_taken_for_another_spelling(subscribed: str, sent: str) -> None:

@@ -84,7 +84,18 @@ def _uri_key(uri: str) -> str:
     if not path and parts.netloc and parts.scheme.lower() in _SLASHED:
         path = "/"
     query, fragment = _escaped(parts.query), _escaped(parts.fragment)
-    return urlunsplit((parts.scheme.lower(), userinfo + at + host.lower(), path, query, fragment))
+    scheme = parts.scheme.lower()
+    if not parts.netloc and path.startswith("//"):
+        # An empty authority before such a path: urlunsplit drops the "//" of it, which makes
+        # the path's first segment an authority ("http:////x/" would be "http://x/").
+        return (
+            (scheme + ":" if scheme else "")
+            + "//"
+            + path
+            + ("?" + query if query else "")
+            + ("#" + fragment if fragment else "")
+        )
+    return urlunsplit((scheme, userinfo + at + host.lower(), path, query, fragment))
 
 
 _cached_key: Final = functools.lru_cache(maxsize=_KEYS_CACHED)(_key_of)
