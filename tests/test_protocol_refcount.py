@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import string
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -148,6 +151,11 @@ def test_an_update_in_another_spelling_of_the_subscribed_uri_reaches_its_listene
         ("demo://a/b", "demo://a/c"),
         ("file:///a%2Fb", "file:///a/b"),
         ("demo://a", "demo://ab"),
+        # An empty authority before a path that starts with "//" is no authority "x".
+        ("http://evil/", "http:////evil/"),
+        ("demo://x/a", "demo:////x/a"),
+        ("demo:////x/a", "demo://x/a"),
+        ("demo://x", "demo:////x/a"),
     ],
 )
 def test_a_different_uri_is_not_taken_for_another_spelling(subscribed: str, sent: str) -> None:
@@ -203,3 +211,74 @@ def test_what_an_update_reached_is_forgotten_when_the_index_changes_and_stays_bo
         index.reached(updated, {"uri": f"other:///{number}"})
     assert len(index._reached) <= _index._REACHED_KEPT
     assert list(index.reached(updated, {"uri": "file:///a"})) == ["a", "root"]
+
+
+def test_what_updates_reached_is_remembered_for_short_uris_alone_so_its_memory_is_bounded_in_bytes() -> None:
+    """A server's URIs are its own to size (a frame is up to 16 MiB): remembering 1,024 of any
+    length could hold gigabytes until the index next changed."""
+    from exmcp_actors._protocol import _index
+    from exmcp_actors._protocol._uris import _CACHED_CHARS
+
+    index: ListenerIndex[str] = ListenerIndex()
+    updated = "notifications/resources/updated"
+    index.add(1, normalize_filter({"resourceSubscriptions": ["file:///a"]}), "a")
+    for number in range(200):
+        assert list(index.reached(updated, {"uri": f"file:///a/{number}/" + "x" * 100_000})) == ["a"]
+        assert list(index.reached(updated, {"uri": f"file:///b/{number}/" + "x" * 100_000})) == []
+    assert list(index.reached(updated, {"uri": "file:///a/short"})) == ["a"]
+    assert "file:///a/short" in index._reached
+    assert sum(map(len, index._reached)) <= _index._REACHED_KEPT * _CACHED_CHARS
+
+
+def _escaped_char_by_char(part: str) -> str:
+    """What ``_uris._escaped`` gives, one character at a time (its former implementation)."""
+    hexdigits = frozenset(string.hexdigits)
+    unreserved = frozenset(string.ascii_letters + string.digits + "-._~")
+    uri_chars = unreserved | frozenset(":/?#[]@!$&'()*+,;=")
+    out: list[str] = []
+    at = 0
+    while at < len(part):
+        char, pair = part[at], part[at + 1 : at + 3]
+        if char == "%" and len(pair) == 2 and set(pair) <= hexdigits:
+            decoded = chr(int(pair, 16))
+            out.append(decoded if decoded in unreserved else "%" + pair.upper())
+            at += 3
+            continue
+        if char in uri_chars:
+            out.append(char)
+        else:
+            out.extend(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+        at += 1
+    return "".join(out)
+
+
+_ESCAPES = st.sampled_from(
+    ["%41", "%7e", "%7E", "%2f", "%2F", "%e9", "%C3%A9", "%c3%a9", "%", "%%", "%g1", "%4", "%5F"]
+)
+_PART = st.lists(
+    st.one_of(_ESCAPES, st.text(alphabet="aZ09-._~:/?#[]@!$&'()*+,;=% é\u00a0\ud800\U0001f600\x7f", max_size=4)),
+    max_size=12,
+).map("".join)
+
+
+@given(_PART)
+@settings(max_examples=3000, deadline=None)
+def test_escapes_are_put_in_one_form_exactly_as_one_character_at_a_time(part: str) -> None:
+    from exmcp_actors._protocol._uris import _escaped
+
+    assert _escaped(part) == _escaped_char_by_char(part)
+
+
+@pytest.mark.parametrize("filler", ["é", " ", "\U0001f600"])
+def test_the_key_form_of_a_long_uri_costs_no_python_step_per_character(filler: str) -> None:
+    """A server's resources/updated URI is keyed on the thread that reads its frames: a step per
+    character cost 1.6 us each, so a 16 MiB frame of one URI held that thread some 13 s. (An
+    escape to change still costs a step: some 0.1 us a character.)"""
+    from exmcp_actors._protocol._uris import uri_key
+
+    uri = "file://HOST/" + filler * (3_000_000 // len(filler))
+    started = time.perf_counter()
+    key = uri_key(uri)
+    elapsed = time.perf_counter() - started
+    assert key.startswith("file://host/%")
+    assert elapsed < 1.0, elapsed  # 2 to 5 s a step per character, 0.05 to 0.25 s at C speed

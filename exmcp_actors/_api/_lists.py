@@ -19,7 +19,6 @@ from .._protocol._handshake import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, M
 from .._protocol._jsonrpc import INVALID_PARAMS
 from .._protocol._list_cache import cache_hints
 from .._protocol._peer_text import peer_text
-from .._transport._base import DEFAULT_MAX_FRAME_BYTES
 
 #: Most pages a list_* call follows before deciding the server loops.
 MAX_PAGES: Final = 10_000
@@ -28,6 +27,11 @@ MAX_PAGES: Final = 10_000
 #: bounded amount of memory, not all of it (a page is up to 16 MiB on the wire).
 MAX_ITEMS: Final = 100_000
 MAX_WALK_BYTES: Final = 64 * 1024 * 1024
+#: Most JSON values one walk gathers (see :func:`_values_in`): a value costs some 30 to 90 bytes
+#: decoded, whatever its JSON takes (an empty object is 3 bytes of it), so the bytes alone let
+#: pages of empty objects hold some 1.8 GB within 64 MiB; 4 million values are some 300 MB at
+#: most, and more than 64 MiB of listings as servers write them (some 27 bytes a value).
+MAX_WALK_VALUES: Final = 4_000_000
 #: What a listing's items are called in its result.
 ITEMS: Final = {
     "tools/list": "tools",
@@ -105,6 +109,8 @@ class Page(NamedTuple):
     fresh_until: float = math.inf
     #: Its size as compact JSON (what a walk counts against :data:`MAX_WALK_BYTES`).
     size: int = 0
+    #: The values it holds (what a walk counts against :data:`MAX_WALK_VALUES`).
+    values: int = 0
 
 
 def _time_left(method: str, timeout: float | None, deadline: float, walked: int) -> float:
@@ -129,10 +135,56 @@ def _kept_form(result: Any) -> bytes | None:
         return None
 
 
-def _size_of(data: bytes | None) -> int:
-    """What a page counts against a walk's bytes: a page too deep to encode counts as the
-    largest frame a transport takes (no server's listing nests that deep)."""
-    return len(data) if data is not None else DEFAULT_MAX_FRAME_BYTES
+def _size_of(data: bytes | None, result: Any) -> tuple[int, int]:
+    """What a page counts against a walk's bytes and values: those of its compact JSON
+    ``data``, or, for a page too deep to encode on this thread, what :func:`_measured` finds."""
+    if data is None:
+        return _measured(result)
+    return len(data), _values_in(data)
+
+
+def _measured(result: Any) -> tuple[int, int]:
+    """About the bytes of a page's compact JSON, and its values, counted without recursion:
+    for a page nested deeper than this thread's stack lets the encoder go (the host may be deep
+    in its own calls; charging such a page the largest frame refused small listings). Stops
+    past :data:`MAX_WALK_VALUES` values, which refuses the walk."""
+    size = values = 0
+    stack = [result]
+    while stack and values <= MAX_WALK_VALUES:
+        node = stack.pop()
+        values += 1
+        if isinstance(node, dict):
+            size += 2 + sum(len(key) + 4 for key in node)  # quotes, colon, comma
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            size += 2 + len(node)
+            stack.extend(node)
+        else:
+            size += len(node) + 2 if isinstance(node, str) else 8
+    return size, values
+
+
+def _values_in(data: bytes) -> int:
+    """The values a page's compact JSON holds, told at C speed: one per bracket that opens an
+    object or an array, one per comma (one value less than it holds at most; a bracket or a
+    comma inside a string counts too)."""
+    return data.count(b"{") + data.count(b"[") + data.count(b",")
+
+
+def _refused(method: str, items: int, size: int, values: int, pages: int) -> ProtocolError | None:
+    """The error of a walk that went past a bound, naming the bound; None within them."""
+    if items > MAX_ITEMS:
+        past = f"{MAX_ITEMS:,} items"
+    elif size > MAX_WALK_BYTES:
+        past = f"{MAX_WALK_BYTES >> 20} MiB of pages (as compact JSON)"
+    elif values > MAX_WALK_VALUES:
+        past = f"{MAX_WALK_VALUES:,} JSON values"
+    else:
+        return None
+    return ProtocolError(
+        f"{method} returned more than {past} over {pages:,} page{'s' if pages != 1 else ''}: the listing is refused "
+        "(list_page() reads a listing page by page)"
+    )
 
 
 def _copy_of(data: bytes) -> Any:
@@ -172,11 +224,12 @@ class ListCalls:
         params = with_meta({"cursor": cursor} if cursor is not None else {}, meta)
         if meta is not None:
             result = self.request(method, params, timeout=timeout)
-            return Page(result, False, size=_size_of(_kept_form(result)))
+            size, values = _size_of(_kept_form(result), result)
+            return Page(result, False, size=size, values=values)
         lookup = self._run(CachedPage(method, cursor, cache))
         kept = _copy_of(lookup.hit) if lookup.hit is not None else None
         if kept is not None:
-            return Page(kept, True, lookup.expires, len(lookup.hit))
+            return Page(kept, True, lookup.expires, len(lookup.hit), _values_in(lookup.hit))
         result = self.request(method, params or None, timeout=timeout)
         fresh_until = math.inf
         data = _kept_form(result)
@@ -189,7 +242,7 @@ class ListCalls:
             # Nothing to keep, and (after a plain miss) nothing kept that this page supersedes.
             if ttl_ms > 0 or not cache or lookup.hit is not None:
                 self._run(StorePage(lookup.ticket, kept_data, ttl_ms, scope))
-        return Page(result, False, fresh_until, _size_of(data))
+        return Page(result, False, fresh_until, *_size_of(data, result))
 
     def _paginate(
         self,
@@ -236,42 +289,50 @@ class ListCalls:
         items: list[Any] = []
         cursor: Any = None
         seen: set[Any] = set()
-        spent = 0
-        for _ in range(MAX_PAGES):
-            wait = timeout if deadline is None else _time_left(method, timeout, deadline, len(pages))
-            try:
-                result, was_kept, fresh_until, size = self._fetch_page(
-                    method, cursor, cache=cache, timeout=wait, meta=meta
-                )
-            except RequestTimeout:
-                if deadline is not None and time.monotonic() >= deadline:  # the walk's time ran out
-                    raise _walk_timeout(method, len(pages)) from None
-                raise
-            pages.append(Page(None, was_kept, fresh_until))
-            items.extend(page_items(method, result))
-            spent += size
-            if spent > MAX_WALK_BYTES or len(items) > MAX_ITEMS:
-                raise ProtocolError(
-                    f"{method} returned more than {MAX_ITEMS:,} items or {MAX_WALK_BYTES >> 20} MiB over "
-                    f"{len(pages):,} pages: the listing is refused"
-                )
-            cursor = result.get("nextCursor")
-            if cursor is None:
-                if method == "tools/list":
-                    visible: list[Any] = self._run(LearnTools(items, True))
-                    return visible
-                return items
-            if isinstance(cursor, dict | list):  # a cursor is an opaque token, never a structure
-                raise ProtocolError(f"{method} returned a nextCursor that is no cursor: {peer_text(cursor)}")
-            if cursor in seen:
-                raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
-            seen.add(cursor)
-        raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
+        spent = counted = 0
+        result: Any = None
+        try:
+            for _ in range(MAX_PAGES):
+                wait = timeout if deadline is None else _time_left(method, timeout, deadline, len(pages))
+                try:
+                    result, was_kept, fresh_until, size, values = self._fetch_page(
+                        method, cursor, cache=cache, timeout=wait, meta=meta
+                    )
+                except RequestTimeout:
+                    if deadline is not None and time.monotonic() >= deadline:  # the walk's time ran out
+                        raise _walk_timeout(method, len(pages)) from None
+                    raise
+                pages.append(Page(None, was_kept, fresh_until))
+                items.extend(page_items(method, result))
+                spent += size
+                counted += values
+                refused = _refused(method, len(items), spent, counted, len(pages))
+                if refused is not None:
+                    raise refused
+                cursor = result.get("nextCursor")
+                if cursor is None:
+                    if method == "tools/list":
+                        visible: list[Any] = self._run(LearnTools(items, True))
+                        return visible
+                    return items
+                if isinstance(cursor, dict | list):  # a cursor is an opaque token, never a structure
+                    raise ProtocolError(f"{method} returned a nextCursor that is no cursor: {peer_text(cursor)}")
+                if cursor in seen:
+                    raise ProtocolError(f"{method} repeated the cursor {peer_text(cursor, quote=True)}")
+                seen.add(cursor)
+            raise ProtocolError(f"{method} returned more than {MAX_PAGES} pages")
+        except BaseException:
+            # The error's traceback keeps this frame alive as long as whoever caught it keeps the
+            # error (a Call, as the cause of its own): what the walk gathered goes now.
+            items.clear()
+            seen.clear()
+            result = None
+            raise
 
     def list_tools(self, *, cache: bool = True, meta: Meta = None, timeout: float | None = None) -> Items:
         """Every tool, all pages followed, within ``timeout`` for the whole walk (default: the
-        client's ``request_timeout``); past :data:`MAX_ITEMS` items or :data:`MAX_WALK_BYTES`
-        of pages a ProtocolError.
+        client's ``request_timeout``); past :data:`MAX_ITEMS` items, :data:`MAX_WALK_BYTES`
+        of pages or :data:`MAX_WALK_VALUES` values a ProtocolError.
 
         On MCP 2026-07-28 over Streamable HTTP, tools whose ``x-mcp-header`` annotations are
         invalid are left out (and logged once). ``cache=False``: fetch every page, whatever

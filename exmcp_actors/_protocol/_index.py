@@ -13,7 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ._filters import CATEGORY_OF_METHOD, RESOURCE_UPDATED, NotificationFilter, event_message, raw_message
 from ._handshake import META_SUBSCRIPTION_ID
 from ._host_checks import SESSION_NOTIFICATIONS
-from ._uris import uri_key
+from ._uris import _CACHED_CHARS, uri_key
 
 T = TypeVar("T")
 
@@ -43,7 +43,8 @@ class ListenerIndex(Generic[T]):
         self._added = 0
         #: What each ``resources/updated`` URI reached, as the server spelt it, until the index
         #: next changes: a flood of one URI's updates costs a dict lookup each, not its key form
-        #: and the walk of its parents (at most :data:`_REACHED_KEPT` URIs, whatever the server sends).
+        #: and the walk of its parents (at most :data:`_REACHED_KEPT` URIs, whatever the server
+        #: sends, and only those its key cache takes: a server's URI may be megabytes long).
         self._reached: dict[str, dict[Hashable, T] | None] = {}
 
     def __len__(self) -> int:
@@ -118,9 +119,10 @@ class ListenerIndex(Generic[T]):
             except KeyError:
                 pass
             reached = self._updated(uri_key(uri))
-            if len(self._reached) >= _REACHED_KEPT:
-                self._reached.clear()
-            self._reached[uri] = reached
+            if len(uri) <= _CACHED_CHARS:
+                if len(self._reached) >= _REACHED_KEPT:
+                    self._reached.clear()
+                self._reached[uri] = reached
             return reached
         category = CATEGORY_OF_METHOD.get(method)
         return self._by_category.get(category) if category is not None else None
