@@ -146,3 +146,27 @@ def test_a_resource_watch_made_while_its_client_disconnects_leaves_nothing_in_it
         assert list(watch)[-1][0] == "ex_mcp_notification_closed"
         assert client._shared.liveness.counts() == {"told": 0, "polled": 0, "polling": 0}
         assert end.pending() == before
+
+
+def test_a_catalog_made_while_its_client_disconnects_leaves_nothing_in_its_thread(monkeypatch: Any) -> None:
+    """A closed client's liveness watch takes no new watch: a catalog that watches its
+    subscriber (this thread, which lives on) just after the disconnect leaves nothing of the
+    closed client in this thread's end, nor a poll."""
+    from exmcp_actors._api import _catalog
+
+    real = _catalog.watch_subscriber
+    end = current_thread_end()
+    assert end is not None
+    before = end.pending()
+    with FakeServer() as server:
+        client = mcp.connect(server.transport())
+
+        def after_the_disconnect(handle: Any, resolved: Any, on_gone: Any) -> Any:
+            client.disconnect()
+            return real(handle, resolved, on_gone)
+
+        monkeypatch.setattr(_catalog, "watch_subscriber", after_the_disconnect)
+        catalog = client.catalog(timeout=WAIT)
+        assert client._shared.liveness.counts() == {"told": 0, "polled": 0, "polling": 0}
+        assert end.pending() == before
+        catalog.close()
