@@ -20,6 +20,7 @@ import exmcp_actors as mcp
 from exmcp_actors._protocol._ratelog import RateLimitedLog
 from exmcp_actors.bridges import AsyncioSubscriber, QtSubscriber, TkSubscriber, _asyncio, _common, _qt, _tk
 from exmcp_actors.testing import FakeServer
+from tests.child_python import run_python
 from tests.gui_helpers import run_tk
 from tests.sdk_helpers import RESOURCE_UPDATED, TOOLS_CHANGED, URI_C, WAIT, ClientPool, notify, shared_target
 
@@ -320,6 +321,52 @@ def test_qt_deleted_object_drops_with_a_log(qt_app: Any, records: Callable[[floa
     sub.put(_event(1))
     sub.put(_event(2))
     assert sub.dropped == 2 and len(caught.records) == 1
+
+
+_DELETED_WHILE_PUT = """
+import os, threading, time
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from PySide6.QtCore import QCoreApplication
+import shiboken6
+from exmcp_actors.bridges import QtSubscriber, _common
+_common.logger.disabled = True
+app = QCoreApplication([])
+got = [0]
+def slot(message):
+    got[0] += 1
+for attempt in range(200):
+    sub = QtSubscriber()
+    sub.message.connect(slot)
+    got[0] = 0
+    stop = threading.Event()
+    busy = threading.Event()
+    put = [0]
+    def library_thread(sub=sub):
+        while not stop.is_set():
+            sub.put(("x", put[0]))
+            put[0] += 1
+            if put[0] == 20:
+                busy.set()
+    putter = threading.Thread(target=library_thread)
+    putter.start()
+    busy.wait(5)
+    app.processEvents()
+    shiboken6.delete(sub)  # while the library thread puts
+    stop.set()
+    putter.join(5)
+    app.processEvents()
+    assert sub.pending == 0 and got[0] + sub.dropped == put[0], (attempt, sub.pending, got[0], sub.dropped, put[0])
+print("rounds", 200)
+"""
+
+
+def test_qt_deleting_the_object_while_a_library_thread_puts_drops_every_message_not_delivered() -> None:
+    """shiboken6.delete() on the object's thread while put() runs on another: each message is
+    either emitted there or counted dropped (those still queued at the deletion too), and the
+    process lives on (it crashed in emit() on the half-deleted object)."""
+    pytest.importorskip("PySide6.QtCore", reason="PySide6 is not installed (pip install PySide6-Essentials)")
+    done = run_python("-c", _DELETED_WHILE_PUT, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
 
 
 def test_qt_put_costs_no_reference_to_true_however_many_messages(qt_app: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pykka
 
 import exmcp_actors as mcp
+from exmcp_actors._util._thread_end import current_thread_end
 from exmcp_actors.testing import FakeServer
 from tests.waiting import WAIT, wait_until
 
@@ -80,3 +81,92 @@ def test_a_catalog_closes_when_its_subscriber_thread_ends() -> None:
         # A closed catalog refetches nothing: a marker request shows the change was heard.
         client.ping()
         assert server.count("tools/list") == walks
+
+
+class _Closings(pykka.ThreadingActor):
+    """Sets ``closed`` once it gets a closing message."""
+
+    def __init__(self, closed: threading.Event) -> None:
+        super().__init__()
+        self._closed = closed
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, mcp.Closed):
+            self._closed.set()
+
+
+def test_a_resource_watch_its_feed_ended_stops_watching_its_subscriber() -> None:
+    """A watch ended from underneath (its watch overflowed) leaves no poll of its actor behind,
+    and its close() afterwards has nothing left to undo."""
+    with FakeServer() as server, mcp.connect(server.transport()) as client:
+        closed = threading.Event()
+        actor = _Closings.start(closed)
+        try:
+            watch = client.watch_resource(URI, subscriber=actor, max_pending=1)
+            assert client._inspect()["liveness"]["polled"] == 1
+            feed = watch._feed
+            assert feed is not None
+            inner = feed._inner
+            with feed._lock:  # the watch underneath cannot hand anything to its feed meanwhile
+                for n in range(4):  # sub-resources, each its own signal: past twice the bound
+                    server.updated(f"{URI}/{n}")
+                wait_until(lambda: inner._bound.overflowed, WAIT, "the watch underneath overflowed")
+            assert closed.wait(WAIT), "the watch's Closed never reached its actor"
+            wait_until(
+                lambda: client._inspect()["liveness"] == {"told": 0, "polled": 0, "polling": 0},
+                WAIT,
+                "the ended watch's subscriber no longer polled",
+            )
+            watch.close()
+        finally:
+            actor.stop()
+
+
+def test_a_resource_watch_made_while_its_client_disconnects_leaves_nothing_in_its_thread(
+    monkeypatch: Any,
+) -> None:
+    """The client's liveness watch closes with it: a watch that joins a feed just before the
+    disconnect and watches its subscriber (this thread, which lives on) just after leaves
+    nothing of the closed client in this thread's end."""
+    from exmcp_actors._api import _resource_watch
+
+    real = _resource_watch.watch_subscriber
+    end = current_thread_end()
+    assert end is not None
+    before = end.pending()
+    with FakeServer() as server:
+        client = mcp.connect(server.transport())
+
+        def after_the_disconnect(handle: Any, resolved: Any, on_gone: Any) -> Any:
+            client.disconnect()
+            return real(handle, resolved, on_gone)
+
+        monkeypatch.setattr(_resource_watch, "watch_subscriber", after_the_disconnect)
+        watch = client.watch_resource(URI)
+        assert list(watch)[-1][0] == "ex_mcp_notification_closed"
+        assert client._shared.liveness.counts() == {"told": 0, "polled": 0, "polling": 0}
+        assert end.pending() == before
+
+
+def test_a_catalog_made_while_its_client_disconnects_leaves_nothing_in_its_thread(monkeypatch: Any) -> None:
+    """A closed client's liveness watch takes no new watch: a catalog that watches its
+    subscriber (this thread, which lives on) just after the disconnect leaves nothing of the
+    closed client in this thread's end, nor a poll."""
+    from exmcp_actors._api import _catalog
+
+    real = _catalog.watch_subscriber
+    end = current_thread_end()
+    assert end is not None
+    before = end.pending()
+    with FakeServer() as server:
+        client = mcp.connect(server.transport())
+
+        def after_the_disconnect(handle: Any, resolved: Any, on_gone: Any) -> Any:
+            client.disconnect()
+            return real(handle, resolved, on_gone)
+
+        monkeypatch.setattr(_catalog, "watch_subscriber", after_the_disconnect)
+        catalog = client.catalog(timeout=WAIT)
+        assert client._shared.liveness.counts() == {"told": 0, "polled": 0, "polling": 0}
+        assert end.pending() == before
+        catalog.close()

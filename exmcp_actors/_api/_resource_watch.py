@@ -168,6 +168,9 @@ class ResourceWatch(Handle):
         if self._gone:
             return
         self._gone = True
+        # Ended from underneath: close() will find it gone, so it stops watching its subscriber
+        # here (with no lock held: the feed offers its end after letting go of its own).
+        self._unwatch()
         self._send(Closed(CLOSED, self, reason))
         self._stop_delivery()
 
@@ -247,6 +250,8 @@ class ResourceWatchCalls:
             if joined:
                 # A subscriber that dies ends its watch, as any handle's (no delivery needed).
                 handle._unwatch = watch_subscriber(handle, resolved, handle._drop_later)
+                if handle._gone:  # it ended meanwhile, maybe before there was anything to unwatch
+                    handle._unwatch()
                 return handle
 
     def _resource_feed(self, uri: str, timeout: float, max_pending: int) -> ResourceFeed:

@@ -168,12 +168,18 @@ class LivenessWatcher:
         self._polled: dict[Any, tuple[Callable[[], bool], ProxyRef]] = {}
         self._told: dict[Any, tuple[ThreadEnd, int]] = {}
         self._timer = TimerSlot()
+        #: Set by close(): a watch asked for later (a handle made as its client disconnects)
+        #: is not taken, or it would outlive the client in a thread that lives on.
+        self._closed = False
 
     def watch(self, key: Any, alive: Callable[[], bool], proxy: ProxyRef, end: ThreadEnd | None = None) -> None:
-        """Watch one subscriber's proxy: told by ``end`` when given, else polled with ``alive``."""
+        """Watch one subscriber's proxy: told by ``end`` when given, else polled with ``alive``
+        (nothing once closed: the client is down, and ends its handles itself)."""
         self.unwatch(key)  # a proxy started again for the same subscriber replaces the last
         if end is not None:
             with self._lock:
+                if self._closed:
+                    return
                 token = end.on_end(partial(self._ended, key, end, proxy))
                 if token is not None:
                     self._told[key] = (end, token)
@@ -181,6 +187,8 @@ class LivenessWatcher:
             _stop(proxy)  # its thread ended before the watch began
             return
         with self._lock:
+            if self._closed:
+                return
             self._polled[key] = (alive, proxy)
             if not self._timer.armed:
                 self._timer.arm(_next_poll(), self._poll)
@@ -221,6 +229,7 @@ class LivenessWatcher:
     def close(self) -> None:
         self._timer.stop()
         with self._lock:
+            self._closed = True
             told, self._told = list(self._told.values()), {}
             self._polled.clear()
         for end, token in told:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import weakref
 from typing import Any, Final
 
 from .._delivery._bound import check_max_pending
@@ -29,10 +30,11 @@ def _emit_takes_true(cls: type[Any]) -> bool:
     costs nothing; the probe's own losses are given back.
     """
     probe = cls(1_000_000)
-    probe._relay.disconnect(probe._take)  # the probe's emits reach nothing
+    relay = probe._relay
+    relay.relay.disconnect(relay._take)  # the probe's emits reach nothing
     before = sys.getrefcount(True)
     for _ in range(_PROBES):
-        probe._relay.emit(None)
+        relay.relay.emit(None)
     takes = before - sys.getrefcount(True) >= _PROBES // 2
     if takes:
         for _ in range(_PROBES):
@@ -45,6 +47,7 @@ def _build() -> type[Any]:
     if _qt_class is not None:
         return _qt_class
     try:
+        import shiboken6
         from PySide6.QtCore import QObject, Signal, Slot
     except ImportError as exc:
         raise ImportError(
@@ -55,11 +58,41 @@ def _build() -> type[Any]:
         if signal.emit(message) is True and _takes_true:
             _give_back_true()
 
+    def dropped_for_deletion(backlog: Backlog, why: str) -> None:
+        backlog.drop()
+        ratelog.warning("qt-deleted", "QtSubscriber: its Qt object is gone (%s); a message was dropped", why)
+
+    class _Relay(QObject):
+        """Carries put()'s messages to the subscriber's thread. An object of its own, which
+        the host never deletes: a library thread's emit of a signal of the subscriber itself
+        could run while the host deletes it (shiboken6.delete, deleteLater) on its thread, a
+        crash; this one lives as long as the subscriber's Python object, which put() holds."""
+
+        relay = Signal(object)
+
+        def __init__(self, subscriber: Any, backlog: Backlog) -> None:
+            super().__init__()
+            self._subscriber = weakref.ref(subscriber)
+            self._backlog = backlog
+            # Queued when put() runs on another thread (Qt's auto connection), so the backlog is
+            # counted down where the messages are taken, and put() never waits for that thread.
+            self.relay.connect(self._take)
+
+        @Slot(object)
+        def _take(self, message: Any) -> None:
+            """On the subscriber's thread, where it is deleted too: emit ``message`` if it stands."""
+            self._backlog.taken()
+            subscriber = self._subscriber()
+            if subscriber is None or not shiboken6.isValid(subscriber):
+                dropped_for_deletion(self._backlog, "deleted while the message waited for its thread")
+                return
+            emit(subscriber.message, message)
+
     class _Emitter:
         """``put()``: what the library calls, on its own thread."""
 
         message: Any
-        _relay: Any
+        _relay: _Relay
         _backlog: Backlog
 
         def put(self, message: Any) -> None:
@@ -68,16 +101,10 @@ def _build() -> type[Any]:
             if not self._backlog.admit(message):
                 return
             try:
-                emit(self._relay, message)
-            except RuntimeError as exc:  # the C++ object was deleted under us
+                emit(self._relay.relay, message)
+            except RuntimeError as exc:  # the relay's C++ object was deleted (by a host reaching in)
                 self._backlog.taken()
-                self._backlog.drop()
-                ratelog.warning("qt-deleted", "QtSubscriber: its Qt object is gone (%s); a message was dropped", exc)
-
-        def _deliver(self, message: Any) -> None:
-            """On this object's thread: the message left the backlog; emit it to the receivers."""
-            self._backlog.taken()
-            emit(self.message, message)
+                dropped_for_deletion(self._backlog, str(exc))
 
         @property
         def dropped(self) -> int:
@@ -93,18 +120,11 @@ def _build() -> type[Any]:
 
     class QtSubscriberObject(_Emitter, QObject):
         message = Signal(object)
-        _relay = Signal(object)
 
         def __init__(self, max_pending: int) -> None:
             super().__init__()
             self._backlog = Backlog("QtSubscriber", max_pending)
-            # A queued hop to this object's thread, so the backlog is counted down where the
-            # messages are taken, and put() never waits for that thread.
-            self._relay.connect(self._take)
-
-        @Slot(object)
-        def _take(self, message: Any) -> None:
-            self._deliver(message)
+            self._relay = _Relay(self, self._backlog)
 
     QtSubscriberObject.__name__ = QtSubscriberObject.__qualname__ = "QtSubscriber"
     _takes_true = _emit_takes_true(QtSubscriberObject)
