@@ -15,9 +15,11 @@ import pytest
 from tests.sdk_helpers import WAIT
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def display() -> Iterator[str]:
-    """A private Xvfb display, ready once it wrote its number (``-displayfd``)."""
+    """A private Xvfb display, ready once it wrote its number (``-displayfd``): one for the whole
+    run, as the Tk roots on it live to the end (see ``_TK_ROOTS``), and Tk ends the process when
+    its display goes away under it."""
     xvfb = shutil.which("Xvfb")
     if xvfb is None:
         pytest.skip("no virtual display: install xvfb (Debian package) to run the Tk tests")

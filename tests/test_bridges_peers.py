@@ -7,6 +7,7 @@ its first version), and again after a change of the new process."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -119,7 +120,11 @@ def test_a_tk_callback_follows_a_ts_servers_resource_across_a_kill(
 
     _follow(client, tap, sub, got, pump)
     assert threads == {threading.get_ident()}  # every callback ran on the Tk thread
+    # The client lets go of the subscriber before this thread does: a library thread must never
+    # hold the last reference to a Tk object (Tcl aborts when it is freed on another thread).
+    client.disconnect()
     sub.close()
+    gc.collect()  # whatever cycle still holds a Tk object is freed here, on the Tk thread
 
 
 @pytest.mark.parametrize("protocol", ERAS)
@@ -144,4 +149,8 @@ def test_a_qt_slot_follows_a_ts_servers_resource_across_a_kill(
 
     _follow(client, tap, sub, got, pump)
     assert threads == {threading.get_ident()}  # every slot ran on the object's thread
+    # The client lets go of the subscriber before this thread does: a Qt object with messages
+    # queued for its thread must be deleted on that thread, never by a library thread.
+    client.disconnect()
     sub.message.disconnect(slot)
+    gc.collect()  # whatever cycle still holds a Qt object is freed here, on its thread

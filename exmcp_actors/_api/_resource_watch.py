@@ -62,8 +62,8 @@ class _Courier:
     """Delivers one handle's messages to its ``put()`` subscriber on a thread of its own."""
 
     def __init__(self, handle: ResourceWatch, target: PutTarget) -> None:
-        self._handle = handle
-        self._target = target
+        self._handle: ResourceWatch | None = handle
+        self._target: PutTarget | None = target
         self._box = LatestInbox(_state_key)
         self._thread = threading.Thread(target=self._run, name=f"exmcp-rwatch-{handle.id}", daemon=True)
         self._thread.start()
@@ -78,13 +78,18 @@ class _Courier:
         self._box.finish()
 
     def _run(self) -> None:
+        handle, target = self._handle, self._target
+        assert handle is not None and target is not None
+        # Its end lets go of the handle and the subscriber: no cycle keeps them for a garbage
+        # collection on some other thread, which a GUI toolkit's object does not survive.
+        self._handle = self._target = None
         while True:
             try:
                 message = self._box.get()
             except queue.Empty:
                 return
-            if not deliver(self._target, [message]):
-                self._handle.close()  # its put() raised (logged once): it gets nothing more
+            if not deliver(target, [message]):
+                handle.close()  # its put() raised (logged once): it gets nothing more
                 return
             if message[0] in FINAL_TAGS:
                 return
