@@ -6,6 +6,7 @@ connection is never probed."""
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -264,18 +265,41 @@ def test_a_silent_server_is_found_out_by_the_keepalive() -> None:
 
 
 def test_a_connection_with_traffic_is_not_probed_and_an_idle_one_is(server: FakeServer) -> None:
-    client = connect(server, keepalive=0.5)
+    keepalive = 0.5
     probe = "ping" if server.era == "legacy" else "server/discover"
-    try:
-        start = server.count(probe)
-        end = time.monotonic() + 1.5  # three keepalive periods, never quiet for one
-        while time.monotonic() < end:
-            client.call_tool("echo", {"n": 1}, timeout=WAIT)
-        assert server.count(probe) == start
-        server.wait_for(probe, timeout=WAIT)  # quiet now: probed
-        wait_until(lambda: client._inspect()["keepalive"][1] >= 1, WAIT, "the probe answered")
-    finally:
-        client.disconnect()
+    # The claim holds for a connection never quiet for a keepalive period; a loaded machine can
+    # stall a call for longer than that, so each try measures the longest span in which the
+    # client may have read nothing (from a call's start to the next call's end: its answer came
+    # after the one and before the other) and judges only a try where every span was shorter.
+    judged = 0
+    for _try in range(5):
+        began = time.monotonic()  # the watch starts while connecting
+        client = connect(server, keepalive=keepalive)
+        try:
+            start = server.count(probe)
+            longest, end = 0.0, began + 3 * keepalive
+            while True:
+                sent = time.monotonic()
+                client.call_tool("echo", {"n": 1}, timeout=WAIT)
+                done = time.monotonic()
+                longest, began = max(longest, done - began), sent
+                if done >= end:
+                    break
+            probes = server.count(probe) - start
+            longest = max(longest, time.monotonic() - began)
+            if longest < keepalive:
+                judged += 1
+                assert probes == 0, f"probed {probes} time(s) with no quiet span over {longest:.3f}s"
+                server.wait_for(probe, timeout=WAIT)  # quiet now: probed
+                wait_until(functools.partial(_probe_answered, client), WAIT, "the probe answered")
+                return
+        finally:
+            client.disconnect()
+    pytest.skip(f"the machine stalled a call for a keepalive period in each of 5 tries (judged {judged})")
+
+
+def _probe_answered(client: mcp.Client) -> bool:
+    return bool(client._inspect()["keepalive"][1] >= 1)
 
 
 def test_an_idle_client_without_keepalive_arms_nothing_and_one_with_it_stops_at_the_end() -> None:
