@@ -110,8 +110,10 @@ def _nested(depth: int, leaf: object) -> dict[str, object]:
 def test_a_json_line_stays_json_when_the_contents_nest_deeper_than_the_printer_can_go(leaf: object) -> None:
     # The reader decodes a frame near the top of its thread's stack; the printer encodes it
     # deeper down its own (and walks a NaN's levels in Python): a RecursionError ended the CLI.
+    # Python 3.11 bounds the encoder by the interpreter's recursion limit, 3.12 on by a C
+    # stack budget of its own, so the contents nest past both.
     out = io.StringIO()
-    deep = [_nested(sys.getrecursionlimit(), leaf)]
+    deep = [_nested(max(sys.getrecursionlimit(), 100_000), leaf)]
     ResourcePrinter(out, as_json=True, several=False).line(
         "srv", mcp.ResourceChanged("ex_mcp_resource_changed", None, "demo://a", deep)
     )

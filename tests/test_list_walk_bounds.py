@@ -5,6 +5,7 @@ refused once it gathered MAX_ITEMS items or MAX_WALK_BYTES of pages."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -188,6 +189,9 @@ def test_a_page_too_deep_for_the_hosts_stack_to_encode_is_charged_its_own_size()
     with FakeServer() as server:
         server.on("tools/list", page)
         with mcp.connect(server.transport()) as client:
-            assert _deeper(100, lambda: _lists._kept_form(page({}, None))) is None  # too deep to encode there
+            # Python 3.11 counts the host's frames against the encoder's depth, so the page is
+            # too deep to encode there; 3.12 on gives the encoder a C stack budget of its own.
+            too_deep = _deeper(100, lambda: _lists._kept_form(page({}, None))) is None
+            assert too_deep == (sys.version_info < (3, 12))
             tools = _deeper(100, lambda: client.list_tools(timeout=WAIT))
             assert [tool["name"] for tool in tools] == [f"t{at}" for at in range(6)]
