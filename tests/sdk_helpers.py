@@ -323,6 +323,14 @@ class ClientPool:
             client.disconnect()
 
 
+def wait_listening(tap: TapTransport) -> None:
+    """On a legacy HTTP connection, wait until its GET stream is open: until then the server
+    drops what it sends outside an answer (so a notification asked for at once could be lost)."""
+    link = getattr(tap.inner, "_link", None)
+    assert link is not None, f"{tap.describe()} is no open HTTP connection"
+    assert link.wait_get_stream(WAIT), "the GET stream did not open"
+
+
 def once(timeout: float) -> dict[str, Any]:
     """``connect`` options for a client of a slow peer that is not reconnected: its connect and
     its probe each bounded by ``timeout``."""
@@ -483,8 +491,10 @@ def open_fds(*, collect: bool = False) -> dict[int, str]:
 
 
 def new_fds(before: dict[int, str], after: dict[int, str]) -> dict[int, str]:
-    """File descriptors open in ``after`` that were not open (to the same thing) in ``before``."""
-    return {fd: what for fd, what in after.items() if before.get(fd) != what}
+    """File descriptors open in ``after`` that were not open (to the same thing) in ``before``,
+    but the pipe to the stdio watchdog (one per process, opened with the first stdio server)."""
+    watchdog = WATCHDOG.pipe if WATCHDOG is not None else None
+    return {fd: what for fd, what in after.items() if before.get(fd) != what and fd != watchdog}
 
 
 def library_actors() -> list[pykka.ActorRef[Any]]:

@@ -55,6 +55,7 @@ from tests.sdk_helpers import (
     surviving_library_threads,
     target_for,
     tool_text,
+    wait_listening,
 )
 
 ALL = [(k, e) for k in ("stdio", "ws", "http") for e in ("legacy", "modern")]
@@ -85,6 +86,8 @@ def connect(pool: ClientPool, target: Target, **kwargs: Any) -> tuple[mcp.Client
     tap = target.tap()
     client = pool.connect(tap, **kwargs)
     assert client.era == target.era, f"{target.id}: expected the {target.era} era, got {client.era}"
+    if target.kind == "http" and target.era == "legacy":
+        wait_listening(tap)
     return client, tap
 
 

@@ -15,7 +15,7 @@ import exmcp_actors as mcp
 from exmcp_actors._runtime._host_pool import HostRuntime
 from exmcp_actors.testing import FakeError, FakeServer, FakeTasks
 from tests.sdk_helpers import ClientPool
-from tests.waiting import wait_until
+from tests.waiting import WAIT, wait_until
 
 TIMEOUT = 5.0
 SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 10}
@@ -436,3 +436,32 @@ def test_task_result_names_a_wrong_typed_timeout(server: FakeServer, connect: Ca
 def test_set_roots_without_roots_given_at_connect_is_refused(connect: Callable[..., mcp.Client]) -> None:
     with pytest.raises(ValueError, match="roots="):
         connect().set_roots([{"uri": "file:///a"}])
+
+
+def test_a_pool_that_may_start_no_thread_says_so_or_hands_the_job_to_a_worker_it_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Python 3.12.0 and 3.12.1 start no thread from the interpreter's exit hooks on, where
+    # clients are closed: a failed call's answer handed to a pool that could not start its
+    # worker left the host's request waiting, and the interpreter with it.
+    from exmcp_actors._runtime._host_pool import WorkerPool
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    fresh = WorkerPool("fresh", 2)
+    started = WorkerPool("started", 2)
+    ran: queue.SimpleQueue[str] = queue.SimpleQueue()
+    busy = threading.Event()
+    assert started.submit(lambda: (ran.put("busy"), busy.wait(WAIT)))
+    assert ran.get(timeout=WAIT) == "busy"  # its one worker is busy: the next job asks for another
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", refuse)
+        assert fresh.submit(lambda: ran.put("fresh")) is False  # nothing queued: the caller runs it
+        assert started.submit(lambda: ran.put("started")) is True  # the worker it has takes it
+    busy.set()
+    assert ran.get(timeout=WAIT) == "started"
+    for pool in (fresh, started):
+        pool.close()
+        pool.join(WAIT)  # no thread that never started is waited for
+    assert ran.empty()

@@ -110,3 +110,18 @@ def test_every_logger_the_package_names_is_covered() -> None:
     }
     assert "exmcp_actors.hub" in names
     assert [name for name in names if not covered(name)] == []
+
+
+def test_a_logged_tracebacks_last_line_keeps_its_message_and_a_dumped_header_does_not() -> None:
+    # A dumped HTTP head's "Name: value" lines are masked; a traceback ends in such a line too
+    # ("RuntimeError: why"), and masking that one hid why a library thread failed.
+    try:
+        raise RuntimeError(f"can't create new thread\nAuthorization: Bearer {SECRET}")
+    except RuntimeError:
+        record = logging.LogRecord("exmcp_actors", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
+    from exmcp_actors._util._redact import RedactingFilter
+
+    assert RedactingFilter().filter(record)
+    assert record.exc_text is not None
+    assert "RuntimeError: can't create new thread" in record.exc_text
+    assert SECRET not in record.exc_text and "Authorization: ***" in record.exc_text

@@ -55,15 +55,24 @@ class WorkerPool:
         self._closed = False
 
     def submit(self, job: Callable[[], None]) -> bool:
-        """Queue ``job``; False (and nothing queued) once the pool is closed."""
+        """Queue ``job``; False (and nothing queued) once the pool is closed, or when it has no
+        worker and the interpreter, exiting, starts none."""
         with self._lock:
             if self._closed:
                 return False
             self._queued += 1
             if self._queued > self._idle and len(self._threads) < self._size:
                 thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
-                self._threads.append(thread)
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:
+                    # No new thread while the interpreter exits (3.12.0 and 3.12.1 refuse from
+                    # its exit hooks on, where clients are closed).
+                    if not self._threads:
+                        self._queued -= 1
+                        return False  # as a closed pool: the caller runs the job itself
+                else:  # a worker already started takes the job
+                    self._threads.append(thread)
         self._jobs.put(job)
         return True
 

@@ -21,6 +21,7 @@ drive the terminal that shows it or forge a line of the log.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 import urllib.parse
@@ -61,6 +62,11 @@ _HEADER_PAIR = re.compile(r"""\((b?)(['"])([^'"]*)\2, b?(['"]).*?\4\)""")
 _REQUEST_LINE = re.compile(r"^([A-Z]+ [^\s?]*)\?\S*( HTTP/)", re.MULTILINE)
 # A header line of a dumped HTTP head (websocket-client's trace): "Name: value".
 _HEADER_LINE = re.compile(r"^([A-Za-z0-9-]+):[ \t]*\S.*$", re.MULTILINE)
+#: What such a line is not: a traceback's last line, "RuntimeError: its message" (the other
+#: exceptions' names have a module and a dot, which no header name has).
+_BUILTIN_EXCEPTIONS: Final = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+)
 
 
 def redact_url(url: str, *, query_names: bool = False) -> str:
@@ -100,8 +106,13 @@ def redact_text(text: str) -> str:
     if " HTTP/" in text:
         text = _REQUEST_LINE.sub(rf"\1?{MASK}\2", text)
     if ": " in text and "\n" in text:
-        text = _HEADER_LINE.sub(lambda m: f"{m.group(1)}: {MASK}", text)
+        text = _HEADER_LINE.sub(_header_sub, text)
     return text
+
+
+def _header_sub(found: re.Match[str]) -> str:
+    name = found.group(1)
+    return found.group(0) if name in _BUILTIN_EXCEPTIONS else f"{name}: {MASK}"
 
 
 class RedactingFilter(logging.Filter):

@@ -90,6 +90,11 @@ class Link:
         if era == "legacy":
             self._get_stream.start()
 
+    def wait_get_stream(self, timeout: float) -> bool:
+        """Wait until the legacy GET stream was open once (for tests and diagnostics: a server's
+        message that is no answer is dropped while there is none)."""
+        return self._get_stream.connected.wait(timeout)
+
     def wait_quiet(self, timeout: float) -> bool:
         """Wait until no request is in flight (for tests and diagnostics)."""
         return self._inflight.wait_quiet(timeout)

@@ -216,6 +216,8 @@ class GetStream:
         self._outlet = outlet
         self._lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        #: Set once a GET stream was open on this connection (for tests and diagnostics).
+        self.connected = threading.Event()
 
     def start(self) -> None:
         """Start the reader unless it runs already or the connection is halted."""
@@ -266,6 +268,7 @@ class GetStream:
                     else:
                         unreachable = refused = 0
                         connected = True
+                        self.connected.set()
                         logger.debug("GET stream connected")
                         parser = SSEParser(cfg.max_frame_bytes, last_event_id=last_event_id)
                         delivered = self._pump.pump(response, parser, None).frames > 0

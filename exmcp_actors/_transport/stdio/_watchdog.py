@@ -69,6 +69,12 @@ class Watchdog:
         """The watchdog process, once started (it lives as long as this process)."""
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def pipe(self) -> int | None:
+        """This process's end of the pipe to the watchdog, once started (it stays open as long)."""
+        stdin = self._proc.stdin if self._proc is not None else None
+        return stdin.fileno() if stdin is not None and not stdin.closed else None
+
     def watch(self, pgid: int) -> None:
         """Kill group ``pgid`` if this process dies before :meth:`release`."""
         self._write(b"+%d\n" % pgid)
