@@ -125,3 +125,4 @@ def test_a_logged_tracebacks_last_line_keeps_its_message_and_a_dumped_header_doe
     assert record.exc_text is not None
     assert "RuntimeError: can't create new thread" in record.exc_text
     assert SECRET not in record.exc_text and "Authorization: ***" in record.exc_text
+    assert redact_text(f"HTTP/1.1 200 OK\nWarning: 199 {SECRET}\n") == "HTTP/1.1 200 OK\nWarning: ***\n"

@@ -63,9 +63,12 @@ _REQUEST_LINE = re.compile(r"^([A-Z]+ [^\s?]*)\?\S*( HTTP/)", re.MULTILINE)
 # A header line of a dumped HTTP head (websocket-client's trace): "Name: value".
 _HEADER_LINE = re.compile(r"^([A-Za-z0-9-]+):[ \t]*\S.*$", re.MULTILINE)
 #: What such a line is not: a traceback's last line, "RuntimeError: its message" (the other
-#: exceptions' names have a module and a dot, which no header name has).
+#: exceptions' names have a module and a dot, which no header name has). Not the warnings:
+#: "Warning" is a header's name too.
 _BUILTIN_EXCEPTIONS: Final = frozenset(
-    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException) and not issubclass(value, Warning)
 )
 
 
