@@ -9,6 +9,7 @@ done-callback that blocks a pool worker cannot hold a timeout back.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,10 @@ logger = logging.getLogger("exmcp_actors")
 
 #: ``cancel_wire(request_id, reason)``: drop the pending entry and tell the server.
 CancelWire = Callable[[Any, str], None]
+
+#: Seconds past a call's deadline its blocking wait checks the deadline itself: its timer
+#: normally settles it first.
+WAIT_BACKSTOP = 0.5
 
 
 class Budget:
@@ -168,6 +173,11 @@ class Call(Future[Any]):
             old, self._timer = self._timer, call_later(max(0.0, self._budget.deadline() - time.monotonic()), self._due)
         if old is not None:
             old.cancel()
+
+    def _wait_bound(self) -> float | None:
+        """Seconds a blocking wait waits before it checks the deadline itself (see ``_wait``)."""
+        deadline = self._budget.deadline()
+        return None if math.isinf(deadline) else max(0.0, deadline - time.monotonic()) + WAIT_BACKSTOP
 
     def _progressed(self) -> None:
         """A progress notification of this call arrived (on the reader's thread)."""

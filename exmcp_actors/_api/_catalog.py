@@ -35,6 +35,7 @@ from .._protocol._messages import (
     SUBSCRIPTION_RESYNC,
 )
 from .._protocol._ratelog import RateLimitedLog
+from .._util._threads import start_daemon
 from ._catalog_fresh import Asked, CatalogStale, Expired, Fetched, Freshness, check_kinds
 from ._handle import Handle, unwatched, watch_subscriber
 
@@ -200,9 +201,9 @@ class Catalog(Handle):
 
     def _subscriber_gone(self) -> None:
         """Told by the liveness watch (perhaps in the ending thread): close, on a thread of its own."""
-        closer = threading.Thread(target=self.close, name=f"exmcp-catalog-end-{self.id}", daemon=True)
-        closer.start()
-        self.client._shared.adopt(closer)
+        closer = start_daemon(self.close, f"exmcp-catalog-end-{self.id}")
+        if closer is not None:  # else (see start_daemon) it ends with its client
+            self.client._shared.adopt(closer)
 
     # -- the worker --------------------------------------------------------------------------
 

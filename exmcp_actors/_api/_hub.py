@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from .._delivery._bound import DEFAULT_MAX_PENDING, Bound, check_max_pending
 from .._delivery._inbox import Inbox, LatestInbox, catalog_key, coalesce_catalog, withdrawn_by_catalog
 from .._delivery._targets import resolve_subscriber
 from .._protocol._errors import Error
+from .._util._threads import start_daemon
 from ._catalog import KINDS, Catalog
 from ._client import Client
 from ._config import ServerSpec, load_config
@@ -109,6 +111,12 @@ class HubWatch(_Group):
     Attributes:
         handles: name -> :class:`Watch`. errors: name -> why that server's watch failed.
     """
+
+
+def _end_later(group: HubWatch) -> None:
+    """End ``group`` on a thread of its own (its inbox overflowed, under the inbox's lock);
+    when none may start (see start_daemon), it ends with the hub."""
+    start_daemon(group.close, "exmcp-hub-watch-end")
 
 
 class _SharedInbox:
@@ -245,7 +253,7 @@ class Hub:
         group = HubWatch(subscriber)
         target = group.subscriber
         if group._inbox is not None:
-            target = _SharedInbox(group._inbox, limit, lambda: threading.Thread(target=group.close).start())
+            target = _SharedInbox(group._inbox, limit, lambda: _end_later(group))
         group._add(self.clients, lambda client: client.watch(filter, target, timeout, max_pending=limit))
         return self._keep(group)
 
@@ -317,12 +325,18 @@ class Hub:
         Disconnecting first closes the handles without a round trip per handle, so a
         hung server costs ``timeout`` once, not once per handle.
         """
-        threads = [
-            threading.Thread(target=client.disconnect, args=(timeout,), name=f"exmcp-hub-close-{client.name}")
-            for client in self.clients.values()
-        ]
-        for thread in threads:
-            thread.start()
+        threads: list[threading.Thread] = []
+        left: list[Client] = []
+        for client in self.clients.values():
+            thread = start_daemon(client.disconnect, f"exmcp-hub-close-{client.name}", timeout)
+            threads.append(thread) if thread is not None else left.append(client)
+        # Those no thread may close (see start_daemon) are all asked at once, then awaited
+        # in turn within the one timeout.
+        for client in left:
+            client._begin_disconnect()
+        deadline = time.monotonic() + timeout
+        for client in left:
+            client.disconnect(max(0.001, deadline - time.monotonic()))
         for thread in threads:
             thread.join(timeout + 1.0)
         with self._lock:

@@ -22,6 +22,7 @@ from .._delivery._targets import CUT, PutTarget, Subscriber, cut, deliver, resol
 from .._protocol._errors import Error
 from .._protocol._messages import CLOSED, FINAL_TAGS, Closed
 from .._util._checks import check_timeout
+from .._util._threads import start_daemon
 from ._handle import Handle, unwatched, watch_subscriber
 from ._resource_feed import ResourceFeed
 
@@ -194,9 +195,9 @@ class ResourceWatch(Handle):
     def _drop_later(self) -> None:
         # Its subscriber died: leave the feed, but not here, under the feed's lock.
         if not self._gone:
-            ender = threading.Thread(target=self.close, name=f"exmcp-rwatch-end-{self.id}", daemon=True)
-            ender.start()
-            self.client._shared.adopt(ender)
+            ender = start_daemon(self.close, f"exmcp-rwatch-end-{self.id}")
+            if ender is not None:  # else (see start_daemon) it ends with its client
+                self.client._shared.adopt(ender)
 
 
 _REGISTRY_LOCK: Final = threading.Lock()

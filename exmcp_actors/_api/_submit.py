@@ -378,9 +378,17 @@ class SubmitCalls(ListCalls):
 
     @staticmethod
     def _wait(call: Call) -> Any:
-        """The blocking form: the call's outcome; a Ctrl-C cancels it on the wire first."""
+        """The blocking form: the call's outcome; a Ctrl-C cancels it on the wire first. The
+        wait has a bound of its own past the call's deadline, should the timer not fire (no
+        timer thread may start while the interpreter exits: see ``_util/_threads``)."""
         try:
-            return call.result()
+            while True:
+                try:
+                    return call.result(timeout=call._wait_bound())
+                except TimeoutError:
+                    if call.done():
+                        raise  # the call's own outcome
+                    call._due()  # what the timer would have done
         except KeyboardInterrupt:
             call._abandon("interrupted", None)
             raise

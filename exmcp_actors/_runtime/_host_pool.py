@@ -23,6 +23,7 @@ from .._protocol._events import ElicitationCompleted, HostAnswered, ProgressNote
 from .._protocol._host_checks import ELICITATION, SAMPLING, HostAbilities, check_request, finish_answer
 from .._protocol._peer_text import peer_text
 from .._protocol._ratelog import RateLimitedLog
+from .._util._threads import start_daemon
 
 logger = logging.getLogger("exmcp_actors")
 
@@ -62,17 +63,13 @@ class WorkerPool:
                 return False
             self._queued += 1
             if self._queued > self._idle and len(self._threads) < self._size:
-                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
-                try:
-                    thread.start()
-                except RuntimeError:
-                    # No new thread while the interpreter exits (3.12.0 and 3.12.1 refuse from
-                    # its exit hooks on, where clients are closed).
-                    if not self._threads:
-                        self._queued -= 1
-                        return False  # as a closed pool: the caller runs the job itself
-                else:  # a worker already started takes the job
+                thread = start_daemon(self._work, f"{self._name}-{len(self._threads)}")
+                if thread is not None:
                     self._threads.append(thread)
+                elif not self._threads:  # none may start (see start_daemon), and none runs
+                    self._queued -= 1
+                    return False  # as a closed pool: the caller does without it
+                # else a worker already started takes the job
         self._jobs.put(job)
         return True
 
@@ -131,7 +128,8 @@ class ProgressFeed:
                 return
             self._running = True
             self._drained.clear()
-        self._pool.submit(self._drain)
+        if not self._pool.submit(self._drain):
+            self._drain()  # no worker may take it (the client closes): passed on here, in order
 
     def _drain(self) -> None:
         while True:
@@ -243,7 +241,7 @@ class HostRuntime:
         """Run a handler on the pool; its outcome goes back to the actor through ``tell``."""
         handler = self.handlers.get(effect.method)
         if handler is None:
-            self.handler_pool.submit(partial(self._run_custom, effect, tell))
+            self._submit_handler(partial(self._run_custom, effect, tell), effect, tell)
             return
 
         def job() -> None:
@@ -255,7 +253,15 @@ class HostRuntime:
             else:
                 tell(HostAnswered(effect.request_id, effect.generation, result=result))
 
-        self.handler_pool.submit(job)
+        self._submit_handler(job, effect, tell)
+
+    def _submit_handler(self, job: Callable[[], None], effect: RunHostHandler, tell: Callable[[Any], None]) -> None:
+        """Run a server request's handler on the pool; when none of its workers may (the client
+        closes), the server is answered with an error, never left waiting."""
+        if self.handler_pool.submit(job):
+            return
+        logger.info("%s: the server's %s request is refused: the client is closing", self.name, effect.method)
+        tell(HostAnswered(effect.request_id, effect.generation, error="the client is closing"))
 
     def _run_custom(self, effect: RunHostHandler, tell: Callable[[Any], None]) -> None:
         """``on_request`` for a method the library does not know. Its exception's text may carry
@@ -310,7 +316,8 @@ class HostRuntime:
             except Exception as error:
                 logger.warning("%s: the elicitation handler's on_complete raised %r", self.name, error)
 
-        self.callback_pool.submit(job)
+        if not self.callback_pool.submit(job):
+            logger.info("%s: the elicitation's on_complete is not called: the client is closing", self.name)
 
     # -- progress and tasks ----------------------------------------------------------------
 

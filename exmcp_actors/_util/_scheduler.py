@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._threads import start_daemon
+
 logger = logging.getLogger("exmcp_actors")
 
 #: Seconds the thread stays after its last timer, so short gaps do not restart it.
@@ -76,8 +78,11 @@ class Scheduler:
             heapq.heappush(self._heap, (when, next(self._seq), handle))
             self._live += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+                # None may start (see start_daemon): the timer waits for the next call_later
+                # that can start one, and a host's blocking wait has a bound of its own.
+                self._thread = start_daemon(self._run, self._name)
+                if self._thread is None:
+                    logger.info("no timer thread may start now: a timer armed fires once one can")
             elif first:
                 self._cond.notify()  # only an earlier deadline changes what the thread waits for
         return handle
