@@ -122,6 +122,18 @@ def test_a_resource_watch_its_feed_ended_stops_watching_its_subscriber() -> None
             actor.stop()
 
 
+def _disconnect_before_it_watches(module: Any, client: mcp.Client, monkeypatch: Any) -> None:
+    """A handle made by ``module`` next watches its subscriber only once ``client`` is
+    disconnected."""
+    real = module.watch_subscriber
+
+    def after_the_disconnect(handle: Any, resolved: Any, on_gone: Any) -> Any:
+        client.disconnect()
+        return real(handle, resolved, on_gone)
+
+    monkeypatch.setattr(module, "watch_subscriber", after_the_disconnect)
+
+
 def test_a_resource_watch_made_while_its_client_disconnects_leaves_nothing_in_its_thread(
     monkeypatch: Any,
 ) -> None:
@@ -130,18 +142,12 @@ def test_a_resource_watch_made_while_its_client_disconnects_leaves_nothing_in_it
     nothing of the closed client in this thread's end."""
     from exmcp_actors._api import _resource_watch
 
-    real = _resource_watch.watch_subscriber
     end = current_thread_end()
     assert end is not None
     before = end.pending()
     with FakeServer() as server:
         client = mcp.connect(server.transport())
-
-        def after_the_disconnect(handle: Any, resolved: Any, on_gone: Any) -> Any:
-            client.disconnect()
-            return real(handle, resolved, on_gone)
-
-        monkeypatch.setattr(_resource_watch, "watch_subscriber", after_the_disconnect)
+        _disconnect_before_it_watches(_resource_watch, client, monkeypatch)
         watch = client.watch_resource(URI)
         assert list(watch)[-1][0] == "ex_mcp_notification_closed"
         assert client._shared.liveness.counts() == {"told": 0, "polled": 0, "polling": 0}
@@ -154,18 +160,12 @@ def test_a_catalog_made_while_its_client_disconnects_leaves_nothing_in_its_threa
     closed client in this thread's end, nor a poll."""
     from exmcp_actors._api import _catalog
 
-    real = _catalog.watch_subscriber
     end = current_thread_end()
     assert end is not None
     before = end.pending()
     with FakeServer() as server:
         client = mcp.connect(server.transport())
-
-        def after_the_disconnect(handle: Any, resolved: Any, on_gone: Any) -> Any:
-            client.disconnect()
-            return real(handle, resolved, on_gone)
-
-        monkeypatch.setattr(_catalog, "watch_subscriber", after_the_disconnect)
+        _disconnect_before_it_watches(_catalog, client, monkeypatch)
         catalog = client.catalog(timeout=WAIT)
         assert client._shared.liveness.counts() == {"told": 0, "polled": 0, "polling": 0}
         assert end.pending() == before

@@ -329,7 +329,10 @@ class Hub:
         left: list[Client] = []
         for client in self.clients.values():
             thread = start_daemon(client.disconnect, f"exmcp-hub-close-{client.name}", timeout)
-            threads.append(thread) if thread is not None else left.append(client)
+            if thread is not None:
+                threads.append(thread)
+            else:
+                left.append(client)
         # Those no thread may close (see start_daemon) are all asked at once, then awaited
         # in turn within the one timeout.
         for client in left:
