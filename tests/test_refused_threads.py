@@ -111,3 +111,14 @@ def test_a_hub_no_thread_may_close_closes_its_clients_in_turn_and_its_watches(
         assert [client.status for client in clients.values()] == ["disconnected", "disconnected"]
         closing = [watch.get(timeout=WAIT) for _ in range(2)]
         assert {message.tag for message in closing} <= {"ex_mcp_notification_closed", "ex_mcp_subscription_closed"}
+
+
+def test_a_progress_no_worker_may_take_waits_for_the_calls_end_not_the_thread_that_got_it(refused: None) -> None:
+    # The thread that got it may hold the session's monitor, where no host code runs: the
+    # callback runs on the thread that settles the call, as it waits for the feed to drain.
+    threads: list[int] = []
+    feed = ProgressFeed(lambda params: threads.append(threading.get_ident()), WorkerPool("callbacks", 2))
+    feed.put({"progress": 1})
+    assert threads == []  # not on the thread that got it
+    assert feed.wait_drained(WAIT)  # this thread settles the call now
+    assert threads == [threading.get_ident()]

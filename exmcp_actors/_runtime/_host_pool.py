@@ -129,7 +129,11 @@ class ProgressFeed:
             self._running = True
             self._drained.clear()
         if not self._pool.submit(self._drain):
-            self._drain()  # no worker may take it (the client closes): passed on here, in order
+            # No worker may take it (the client closes), and this thread may hold the session's
+            # monitor, where no host code runs: it waits for the next put() a worker takes, or
+            # for the call's end (wait_drained).
+            with self._lock:
+                self._running = False
 
     def _drain(self) -> None:
         while True:
@@ -145,7 +149,13 @@ class ProgressFeed:
                 logger.exception("a progress callback raised; the call goes on")
 
     def wait_drained(self, timeout: float) -> bool:
-        """Wait until every notification received so far was passed to the callback."""
+        """Wait until every notification received so far was passed to the callback (here,
+        those no worker could take: see :meth:`put`)."""
+        with self._lock:
+            left = not self._running and bool(self._items)
+            self._running = self._running or left
+        if left:
+            self._drain()
         return self._drained.wait(timeout)
 
 
